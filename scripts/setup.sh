@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything gcsmount needs on a fresh Debian 12 machine: system packages, node modules (native ones
+# built), and the compiled JavaScript. Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# libfuse2: fuse-native links libfuse.so.2. fuse3: fusermount and /etc/fuse.conf.
+# python3-zarr/xarray/numpy: the Zarr acceptance tests, run with /usr/bin/python3.
+APT_PACKAGES=(libfuse2 fuse3 python3-zarr python3-xarray python3-numpy)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# npm ci builds better-sqlite3 from source and installs fuse-native's prebuilt addon; package.json's
+# allowScripts lets npm 11 run their install scripts.
+stamp=node_modules/.gcsmount-lock
+if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json "$stamp"
+fi
+node -e "require('better-sqlite3')(':memory:').close(); require('fuse-native')" \
+  || { echo "setup: native modules did not build (better-sqlite3, fuse-native)" >&2; exit 1; }
+
+npm run --silent build

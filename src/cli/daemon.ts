@@ -1,0 +1,42 @@
+import { spawn } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import { EXIT, UserError, type ExitCode } from './exit.js';
+
+/** What the foreground daemon tells a parent that started it, over the IPC channel. */
+export type DaemonMessage = { type: 'ready'; mountPoint: string } | { type: 'error'; message: string; exitCode: ExitCode };
+
+/** Tells the parent (if any) how start-up went, then lets go of it so the parent can exit. */
+export function reportToParent(msg: DaemonMessage): void {
+  if (!process.send) return;
+  process.send(msg, () => {
+    if (msg.type === 'ready') process.disconnect?.();
+  });
+}
+
+/**
+ * Starts this same command again in the foreground as a detached child, waits until it has mounted (or
+ * failed), and returns the exit code to use: like gcsfuse, `gcsmount BUCKET DIR` returns once the mount
+ * answers. The child's start-up errors come back over IPC and are printed here, as one line.
+ */
+export async function daemonize(argv: string[]): Promise<number> {
+  const entry = process.argv[1];
+  if (!entry) throw new UserError('cannot find the gcsmount entry script to daemonise', EXIT.internal);
+  const child = spawn(process.execPath, [entry, ...argv, '--foreground'], {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
+    env: { ...process.env, GCSMOUNT_DAEMONIZED: '1' },
+  });
+  const outcome = await new Promise<DaemonMessage>((resolve) => {
+    child.on('message', (m: DaemonMessage) => resolve(m));
+    child.on('exit', (code, signal) =>
+      resolve({ type: 'error', message: `the daemon exited during start-up (${signal ?? `code ${code}`}); run with --foreground to see why`, exitCode: EXIT.internal }),
+    );
+    child.on('error', (err) => resolve({ type: 'error', message: `cannot start the daemon: ${err.message}`, exitCode: EXIT.internal }));
+  });
+  if (outcome.type === 'error') throw new UserError(outcome.message, outcome.exitCode);
+  // The mount answered in the daemon; prove it from here, a separate process, before saying so.
+  await fsp.stat(outcome.mountPoint);
+  child.unref();
+  child.disconnect?.();
+  return EXIT.ok;
+}

@@ -1,0 +1,39 @@
+import { EXIT, UserError } from './exit.js';
+import { runMount } from './mount-command.js';
+import { formatHelp } from './options.js';
+import { runUnmount } from './unmount-command.js';
+
+const SUBCOMMANDS: Record<string, (args: string[]) => Promise<number>> = {
+  unmount: runUnmount,
+  emulator: async (args) => (await import('../emulator/cli.js')).runEmulatorCli(args),
+};
+
+/** Entry point: every failure ends as one line on stderr and a non-zero exit code, never a stack trace. */
+export async function main(argv: string[]): Promise<void> {
+  let code: number;
+  try {
+    const [first, ...rest] = argv;
+    if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
+      process.stdout.write(formatHelp());
+      code = first === undefined ? EXIT.usage : EXIT.ok;
+    } else if (first === '--version' || first === '-v') {
+      process.stdout.write('gcsmount 0.1.0\n');
+      code = EXIT.ok;
+    } else {
+      const sub = SUBCOMMANDS[first];
+      code = sub ? await sub(rest) : await runMount(argv);
+    }
+  } catch (err) {
+    if (err instanceof UserError) {
+      process.stderr.write(`gcsmount: ${err.message}\n`);
+      code = err.exitCode;
+    } else {
+      const detail = err instanceof Error ? (process.env.GCSMOUNT_DEBUG ? err.stack : err.message) : String(err);
+      process.stderr.write(`gcsmount: internal error: ${detail}\n`);
+      code = EXIT.internal;
+    }
+  }
+  // Let pending log writes and IPC drain, then leave even if a handle (a pool socket) lingers.
+  process.exitCode = code;
+  setTimeout(() => process.exit(code), 50).unref();
+}

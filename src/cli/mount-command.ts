@@ -1,0 +1,92 @@
+import type { FuseMount } from '../fs/mount.js';
+import { CredentialsError } from '../gcs/auth.js';
+import { GcsError } from '../gcs/errors.js';
+import { MountPointError } from '../fs/mount.js';
+import { createLogger, severityFrom, type Logger } from '../observe/logger.js';
+import { daemonize, reportToParent } from './daemon.js';
+import { EXIT, UserError } from './exit.js';
+import { parseMountArgs, type MountOptions } from './options.js';
+import { OptionError } from './values.js';
+import { startDaemon } from './wiring.js';
+
+/** `gcsmount [flags] BUCKET MOUNTPOINT`. */
+export async function runMount(argv: string[]): Promise<number> {
+  let opts: MountOptions;
+  try {
+    opts = parseMountArgs(argv, process.env);
+  } catch (err) {
+    if (err instanceof OptionError) throw new UserError(`${err.message} (see gcsmount --help)`, EXIT.usage);
+    throw err;
+  }
+  if (!opts.values.foreground) return daemonize(argv);
+  return runForeground(opts);
+}
+
+/** Start-up failures the user can act on, as one line each with their own exit code. */
+function asUserError(err: unknown, bucket: string): UserError | null {
+  if (err instanceof UserError) return err;
+  if (err instanceof MountPointError) return new UserError(err.message, EXIT.mountPoint);
+  if (err instanceof CredentialsError) return new UserError(err.message, EXIT.credentials);
+  if (err instanceof GcsError) {
+    if (err.code === 'NOT_FOUND') return new UserError(`bucket ${bucket} does not exist`, EXIT.bucket);
+    if (err.code === 'FORBIDDEN') return new UserError(`no access to bucket ${bucket}: ${err.message}`, EXIT.credentials);
+    if (err.code === 'UNAUTHENTICATED') return new UserError(`credentials rejected for bucket ${bucket}: ${err.message}`, EXIT.credentials);
+    return new UserError(`cannot reach bucket ${bucket}: ${err.message}`, EXIT.bucket);
+  }
+  return null;
+}
+
+async function runForeground(opts: MountOptions): Promise<number> {
+  const log: Logger = createLogger({ severity: severityFrom(opts.values['log-severity']), file: opts.values['log-file'] || null });
+  for (const notice of opts.notices) log.warn({ notice }, notice);
+
+  // Signals are taken from the first moment: one that arrives while mounting is acted on once the
+  // mount is up, so it still ends in a clean unmount rather than the default kill.
+  let pendingSignal: string | null = null;
+  let onSignal: ((why: string) => void) | null = null;
+  const signalled = (sig: string): void => {
+    if (onSignal) onSignal(sig);
+    else if (pendingSignal) process.exit(EXIT.internal);
+    else pendingSignal = sig;
+  };
+  process.on('SIGINT', () => signalled('SIGINT'));
+  process.on('SIGTERM', () => signalled('SIGTERM'));
+
+  let mount: FuseMount;
+  let stop: () => Promise<void>;
+  try {
+    ({ mount, stop } = await startDaemon(opts, log));
+  } catch (err) {
+    const userError = asUserError(err, opts.bucket);
+    const message = userError?.message ?? `start-up failed: ${err instanceof Error ? err.message : String(err)}`;
+    log.error({ err: err instanceof Error ? err.message : String(err) }, message);
+    const exitCode = userError?.exitCode ?? EXIT.internal;
+    reportToParent({ type: 'error', message, exitCode });
+    throw new UserError(message, exitCode);
+  }
+  log.info({ bucket: opts.bucket, mountPoint: mount.path }, 'mounted');
+  reportToParent({ type: 'ready', mountPoint: mount.path });
+
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const shutdown = (why: string): void => {
+      if (stopping) {
+        // A second signal means now: the mount is left for the next start to clean up.
+        log.warn({ why }, 'second signal: exiting at once');
+        process.exit(EXIT.internal);
+      }
+      stopping = true;
+      log.info({ why }, 'unmounting');
+      stop().then(
+        () => resolve(EXIT.ok),
+        (err: Error) => {
+          log.error({ err: err.message }, 'clean shutdown failed');
+          resolve(EXIT.internal);
+        },
+      );
+    };
+    onSignal = shutdown;
+    mount.watch(() => shutdown('mount removed from outside'));
+    if (pendingSignal) shutdown(pendingSignal);
+  });
+}

@@ -1,0 +1,520 @@
+// Command line + gcsfuse-style YAML config file -> one typed, validated MountOptions.
+//
+// Precedence: command-line flags, then the --config-file YAML, then the defaults in params.ts.
+// Flag syntax follows gcsfuse (Go flag / pflag): --flag value, --flag=value, -flag value, -flag=value;
+// boolean flags are --flag or --flag=true|false (a following word is never taken as their value);
+// -o takes comma-separated mount options and may be repeated (-o allow_other -o ro, -oro).
+// Flags may come before, between or after BUCKET and MOUNTPOINT; `--` ends flag parsing.
+
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { resolve as resolvePath } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import {
+  GROUPS,
+  PARAMS,
+  PARAM_BY_CONFIG_KEY,
+  PARAM_BY_FLAG,
+  type FlagOfType,
+  type Param,
+  type ParamFlag,
+  type ResolvedValues,
+} from './params.js';
+import {
+  OptionError,
+  formatDuration,
+  msToWholeSeconds,
+  optionLabel,
+  parseBool,
+  parseChoice,
+  parseDuration,
+  parseFloat,
+  parseInt,
+  parseOctal,
+  parseStringList,
+  sizeLimitFromMb,
+  ttlFromSeconds,
+  type SizeLimit,
+  type Ttl,
+} from './values.js';
+
+export { OptionError } from './values.js';
+export type { ResolvedValues, ParamFlag, FlagOfType } from './params.js';
+
+export type ValueSource = 'default' | 'config' | 'flag';
+
+export interface MountOptions {
+  /** Positional BUCKET. */
+  bucket: string;
+  /** Positional MOUNTPOINT, as given. */
+  mountPoint: string;
+  /** Every option by flag name, typed and defaulted (durations in ms, modes as numbers, paths absolute). */
+  values: ResolvedValues;
+  /** Where each value came from. */
+  sources: Record<ParamFlag, ValueSource>;
+  /** One line per 'ignored', 'planned' or deprecated option the user set, and similar warnings. */
+  notices: string[];
+}
+
+type HasValues = Pick<MountOptions, 'values'>;
+
+// ------------------------------------------------------------------------------------------------
+// Typed accessors. Their flag parameters only accept real flags of the right type, so a typo at a
+// call site is a compile error.
+
+export function getBool(opts: HasValues, flag: FlagOfType<'bool'>): boolean {
+  return opts.values[flag];
+}
+
+export function getNumber(opts: HasValues, flag: FlagOfType<'int' | 'float' | 'octal'>): number {
+  return opts.values[flag];
+}
+
+export function getString(opts: HasValues, flag: FlagOfType<'string'>): string {
+  return opts.values[flag];
+}
+
+export function getDurationMs(opts: HasValues, flag: FlagOfType<'duration'>): number {
+  return opts.values[flag];
+}
+
+export function getStringList(opts: HasValues, flag: FlagOfType<'string-list'>): readonly string[] {
+  return opts.values[flag];
+}
+
+/** The options that hold a gcsfuse-style TTL in seconds (-1 = forever, 0 = off). */
+export type TtlFlag = 'metadata-cache-ttl-secs' | 'metadata-cache-negative-ttl-secs' | 'kernel-list-cache-ttl-secs';
+
+export function getTtl(opts: HasValues, flag: TtlFlag): Ttl {
+  return ttlFromSeconds(opts.values[flag], flag);
+}
+
+/** The options that hold a gcsfuse-style size limit in MiB (-1 = unlimited, 0 = off). */
+export type SizeLimitFlag = 'stat-cache-max-size-mb' | 'type-cache-max-size-mb' | 'file-cache-max-size-mb';
+
+export function getSizeLimit(opts: HasValues, flag: SizeLimitFlag): SizeLimit {
+  return sizeLimitFromMb(opts.values[flag], flag);
+}
+
+/**
+ * The metadata-cache TTL with gcsfuse's rule for the deprecated flags: --metadata-cache-ttl-secs if the
+ * user set it; otherwise, if --stat-cache-ttl or --type-cache-ttl was set, the smaller of the two
+ * rounded up to whole seconds; otherwise the --metadata-cache-ttl-secs default.
+ */
+export function metadataCacheTtl(opts: Pick<MountOptions, 'values' | 'sources'>): Ttl {
+  const { values, sources } = opts;
+  if (
+    sources['metadata-cache-ttl-secs'] === 'default' &&
+    (sources['stat-cache-ttl'] !== 'default' || sources['type-cache-ttl'] !== 'default')
+  ) {
+    const ms = Math.min(values['stat-cache-ttl'], values['type-cache-ttl']);
+    return ttlFromSeconds(msToWholeSeconds(ms), 'stat-cache-ttl');
+  }
+  return ttlFromSeconds(values['metadata-cache-ttl-secs'], 'metadata-cache-ttl-secs');
+}
+
+// ------------------------------------------------------------------------------------------------
+// Parsing
+
+/** True if argv asks for help (-h, --help, -help) before any `--`. */
+export function wantsHelp(argv: readonly string[]): boolean {
+  for (const a of argv) {
+    if (a === '--') return false;
+    if (a === '-h' || a === '--help' || a === '-help') return true;
+  }
+  return false;
+}
+
+const O_PARAM = PARAM_BY_FLAG.get('o')!;
+
+/** Parse one textual value for `param`; `label` names the option in error messages. */
+function parseValue(param: Param, text: string, label: string): unknown {
+  switch (param.type) {
+    case 'bool':
+      return parseBool(label, text);
+    case 'int':
+      return parseInt(label, text, param.min, param.max);
+    case 'float':
+      return parseFloat(label, text, param.min, param.max);
+    case 'duration': {
+      const ms = parseDuration(label, text);
+      if (param.min !== undefined && ms < param.min) {
+        throw new OptionError(`invalid value ${JSON.stringify(text)} for ${optionLabel(label)}: too short`);
+      }
+      return ms;
+    }
+    case 'octal':
+      return parseOctal(label, text);
+    case 'string-list':
+      return parseStringList(text);
+    case 'string':
+      return param.choices ? parseChoice(label, text, param.choices) : text;
+  }
+}
+
+function expandPath(text: string, env: NodeJS.ProcessEnv): string {
+  if (text === '') return '';
+  let p = text;
+  if (p === '~' || p.startsWith('~/')) p = (env['HOME'] || homedir()) + p.slice(1);
+  return resolvePath(p);
+}
+
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
+}
+
+function suggest(name: string, candidates: Iterable<string>): string {
+  const norm = (s: string) => s.toLowerCase().replace(/_/g, '-');
+  let best: string | undefined;
+  let bestD = Infinity;
+  for (const c of candidates) {
+    const d = editDistance(norm(name), norm(c));
+    if (d < bestD) {
+      best = c;
+      bestD = d;
+    }
+  }
+  return best !== undefined && bestD <= Math.max(2, Math.floor(name.length / 4)) ? best : '';
+}
+
+function unknownFlag(arg: string, name: string): OptionError {
+  const s = suggest(name, PARAM_BY_FLAG.keys());
+  const hint = s ? ` (did you mean ${optionLabel(s)}?)` : '';
+  return new OptionError(`unknown flag ${arg}${hint}`);
+}
+
+interface ArgvResult {
+  flags: Map<string, unknown>;
+  positionals: string[];
+}
+
+function parseArgv(argv: readonly string[]): ArgvResult {
+  const flags = new Map<string, unknown>();
+  const positionals: string[] = [];
+  const set = (param: Param, value: unknown) => {
+    if (param.type === 'string-list') {
+      const prev = (flags.get(param.flag) as string[] | undefined) ?? [];
+      flags.set(param.flag, [...prev, ...(value as string[])]);
+    } else {
+      flags.set(param.flag, value); // last one wins, as in Go
+    }
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') {
+      positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!arg.startsWith('-') || arg === '-') {
+      positionals.push(arg);
+      continue;
+    }
+    const dashes = arg.startsWith('--') ? 2 : 1;
+    const body = arg.slice(dashes);
+    const eq = body.indexOf('=');
+    const name = eq >= 0 ? body.slice(0, eq) : body;
+    let inline: string | undefined = eq >= 0 ? body.slice(eq + 1) : undefined;
+    let param = name === '' ? undefined : PARAM_BY_FLAG.get(name);
+    if (!param && dashes === 1 && body.length > 1 && body.startsWith('o')) {
+      // mount(8) style -oallow_other,ro
+      param = O_PARAM;
+      inline = body.slice(1);
+    }
+    if (!param) throw unknownFlag(arg, name);
+    if (param.type === 'bool') {
+      set(param, inline === undefined ? true : parseValue(param, inline, param.flag));
+      continue;
+    }
+    if (inline === undefined) {
+      if (i + 1 >= argv.length) throw new OptionError(`flag ${optionLabel(param.flag)} needs a value`);
+      inline = argv[++i]!;
+    }
+    set(param, parseValue(param, inline, param.flag));
+  }
+  return { flags, positionals };
+}
+
+/** Every section ('metadata-cache', 'logging.log-rotate', ...) that holds config keys. */
+const CONFIG_SECTIONS: ReadonlySet<string> = new Set(
+  [...PARAM_BY_CONFIG_KEY.keys()].flatMap((key) => {
+    const parts = key.split('.');
+    return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join('.'));
+  }),
+);
+
+function isYamlNull(v: unknown): boolean {
+  return v === null || v === undefined || v === '~' || (typeof v === 'string' && /^(null|Null|NULL)$/.test(v));
+}
+
+/** Config value (from the failsafe YAML schema: strings, arrays, maps) -> resolved value, or undefined if unset. */
+function configValue(param: Param, key: string, raw: unknown, file: string): unknown {
+  const label = `config key '${key}'`;
+  const where = ` in config file ${file}`;
+  try {
+    if (isYamlNull(raw)) return undefined;
+    if (param.type === 'string-list') {
+      const items = Array.isArray(raw) ? raw : [raw];
+      const out: string[] = [];
+      for (const item of items) {
+        if (typeof item !== 'string') throw new OptionError(`invalid value for ${label}: expected a list of strings`);
+        out.push(...parseStringList(item));
+      }
+      return out;
+    }
+    if (typeof raw !== 'string') throw new OptionError(`invalid value for ${label}: expected a single value, not a list or section`);
+    if (raw === '') return undefined; // `key:` with no value, as gcsfuse: leave the default
+    return parseValue(param, raw, label);
+  } catch (e) {
+    if (e instanceof OptionError) throw new OptionError(e.message + where);
+    throw e;
+  }
+}
+
+function readConfigFile(file: string): Map<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+    throw new OptionError(`cannot read config file ${file}: ${code}`);
+  }
+  let doc: unknown;
+  try {
+    // The failsafe schema keeps every scalar as its text, so '0644' stays octal text, '1h' stays a
+    // duration, and all conversions go through the same parsers as command-line values.
+    doc = parseYaml(text, { schema: 'failsafe' });
+  } catch (e) {
+    const first = ((e as Error).message ?? String(e)).split('\n')[0];
+    throw new OptionError(`invalid YAML in config file ${file}: ${first}`);
+  }
+  const out = new Map<string, unknown>();
+  if (isYamlNull(doc) || doc === '') return out;
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new OptionError(`invalid config file ${file}: expected a mapping of gcsfuse config keys at the top level`);
+  }
+  const walk = (node: Record<string, unknown>, prefix: string) => {
+    for (const [k, v] of Object.entries(node)) {
+      const key = prefix ? `${prefix}.${k}` : k;
+      const param = PARAM_BY_CONFIG_KEY.get(key);
+      if (param) {
+        if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+          throw new OptionError(`invalid value for config key '${key}' in config file ${file}: expected a value, not a section`);
+        }
+        const value = configValue(param, key, v, file);
+        if (value !== undefined) out.set(param.flag, value);
+      } else if (CONFIG_SECTIONS.has(key)) {
+        if (isYamlNull(v) || v === '') continue; // an empty section
+        if (typeof v !== 'object' || Array.isArray(v)) {
+          throw new OptionError(`invalid value for config key '${key}' in config file ${file}: expected a section of keys`);
+        }
+        walk(v as Record<string, unknown>, key);
+      } else {
+        const s = suggest(key, PARAM_BY_CONFIG_KEY.keys());
+        const hint = s ? ` (did you mean '${s}'?)` : '';
+        throw new OptionError(`unknown key '${key}' in config file ${file}${hint}`);
+      }
+    }
+  };
+  walk(doc as Record<string, unknown>, '');
+  return out;
+}
+
+function noticeFor(param: Param, source: ValueSource): string | undefined {
+  const who = source === 'flag' ? optionLabel(param.flag) : `config key '${param.configKey}'`;
+  const dep = param.deprecated ? `; gcsfuse deprecates it (${param.deprecated})` : '';
+  switch (param.effect) {
+    case 'ignored':
+      return `${who} is accepted for gcsfuse compatibility and ignored (${param.help})${dep}`;
+    case 'planned':
+      return `${who} is accepted but has no effect yet in this release of gcsmount${dep}`;
+    case 'effective':
+      return param.deprecated ? `${who} is deprecated: ${param.deprecated}` : undefined;
+  }
+}
+
+/**
+ * Parse the mount command line (arguments after the program name) and the --config-file it names.
+ * Throws OptionError with a one-line message on any user error.
+ */
+export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): MountOptions {
+  const { flags, positionals } = parseArgv(argv);
+
+  if (positionals.length === 0) throw new OptionError('missing BUCKET and MOUNTPOINT; usage: gcsmount [flags] BUCKET MOUNTPOINT');
+  if (positionals.length === 1) {
+    throw new OptionError(
+      `missing MOUNTPOINT after ${JSON.stringify(positionals[0])}; usage: gcsmount [flags] BUCKET MOUNTPOINT (mounting all buckets is not supported)`,
+    );
+  }
+  if (positionals.length > 2) {
+    throw new OptionError(`unexpected extra argument ${JSON.stringify(positionals[2])}; usage: gcsmount [flags] BUCKET MOUNTPOINT`);
+  }
+  const [bucket, mountPoint] = positionals as [string, string];
+  if (bucket === '_') {
+    throw new OptionError("BUCKET '_' (gcsfuse dynamic mounting of all buckets) is not supported; name one bucket");
+  }
+  if (bucket === '') throw new OptionError('BUCKET must not be empty');
+  if (mountPoint === '') throw new OptionError('MOUNTPOINT must not be empty');
+
+  const configFile = flags.get('config-file') as string | undefined;
+  const fromConfig = configFile ? readConfigFile(expandPath(configFile, env)) : new Map<string, unknown>();
+
+  const values: Record<string, unknown> = {};
+  const sources = {} as Record<ParamFlag, ValueSource>;
+  const notices: string[] = [];
+  for (const p of PARAMS as readonly Param[]) {
+    const flag = p.flag as ParamFlag;
+    let value: unknown;
+    let source: ValueSource;
+    if (flags.has(flag)) {
+      value = flags.get(flag);
+      source = 'flag';
+    } else if (fromConfig.has(flag)) {
+      value = fromConfig.get(flag);
+      source = 'config';
+    } else {
+      value = Array.isArray(p.default) ? [...(p.default as string[])] : p.default;
+      source = 'default';
+    }
+    if (p.path && source !== 'default' && typeof value === 'string') value = expandPath(value, env);
+    values[flag] = value;
+    sources[flag] = source;
+    if (source !== 'default') {
+      const n = noticeFor(p, source);
+      if (n) notices.push(n);
+    }
+  }
+
+  if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
+    notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');
+  }
+  if ((values['o'] as string[]).includes('rw')) {
+    notices.push('mount option rw is ignored: gcsmount mounts read-only');
+  }
+
+  return { bucket, mountPoint, values: values as ResolvedValues, sources, notices };
+}
+
+// ------------------------------------------------------------------------------------------------
+// Help and docs, generated from the table
+
+function typeHint(p: Param): string {
+  switch (p.type) {
+    case 'bool':
+      return '';
+    case 'int':
+      return '<int>';
+    case 'float':
+      return '<number>';
+    case 'duration':
+      return '<duration>';
+    case 'octal':
+      return '<octal>';
+    case 'string-list':
+      return '<opt,...>';
+    case 'string':
+      if (p.choices) return `<${p.choices.join('|')}>`;
+      return p.path ? '<path>' : '<string>';
+  }
+}
+
+/** A value as the user would write it: 0644, 60s, "", none. */
+export function formatValue(p: Param, value: unknown): string {
+  switch (p.type) {
+    case 'octal':
+      return '0' + (value as number).toString(8).padStart(3, '0');
+    case 'duration':
+      return formatDuration(value as number);
+    case 'string-list': {
+      const list = value as readonly string[];
+      return list.length === 0 ? 'none' : list.join(',');
+    }
+    case 'string':
+      return value === '' ? '""' : String(value);
+    default:
+      return String(value);
+  }
+}
+
+function marker(p: Param): string {
+  const parts: string[] = [];
+  if (p.effect === 'planned') parts.push('[not yet effective]');
+  if (p.effect === 'ignored') parts.push('[ignored: gcsfuse compatibility]');
+  if (p.deprecated) parts.push(`[deprecated: ${p.deprecated}]`);
+  return parts.length ? ' ' + parts.join(' ') : '';
+}
+
+// Only commands that exist: each later one joins this list when it lands.
+const SUBCOMMANDS: readonly (readonly [string, string])[] = [
+  ['gcsmount [flags] BUCKET MOUNTPOINT', 'mount BUCKET read-only at MOUNTPOINT'],
+  ['gcsmount unmount MOUNTPOINT', 'unmount and stop the daemon'],
+  ['gcsmount emulator --root DIR [--port N]', 'serve DIR as a local GCS emulator'],
+];
+
+/** The full `gcsmount --help` text. */
+export function formatHelp(): string {
+  const params = PARAMS as readonly Param[];
+  const flagCol = (p: Param) => {
+    const hint = typeHint(p);
+    return `${optionLabel(p.flag)}${hint ? ' ' + hint : ''}`;
+  };
+  const defCol = (p: Param) => `default ${formatValue(p, p.default)}`;
+  const w1 = Math.min(44, Math.max(...params.map((p) => flagCol(p).length)));
+  const w2 = Math.min(20, Math.max(...params.map((p) => defCol(p).length)));
+  const cw = Math.max(...SUBCOMMANDS.map(([c]) => c.length));
+
+  const lines: string[] = [
+    'Usage: gcsmount [flags] BUCKET MOUNTPOINT',
+    '',
+    'Mount a Google Cloud Storage bucket read-only, with caching. A drop-in for gcsfuse: same flags,',
+    'same YAML config file (--config-file).',
+    '',
+    'Commands:',
+    ...SUBCOMMANDS.map(([c, d]) => `  ${c.padEnd(cw)}  ${d}`),
+    '',
+    'Flags: --flag value, --flag=value or -flag value; booleans: --flag or --flag=true|false.',
+    'Precedence: command-line flags, then the config file, then defaults.',
+    'Durations: 30s, 5m, 1h30m, 200ms. TTLs in seconds: -1 = forever, 0 = off. Sizes in MiB: -1 = unlimited.',
+  ];
+  for (const group of GROUPS) {
+    const members = params.filter((p) => p.group === group);
+    if (members.length === 0) continue;
+    lines.push('', `${group}:`);
+    for (const p of members) {
+      lines.push(`  ${flagCol(p).padEnd(w1)}  ${defCol(p).padEnd(w2)}  ${p.help}${marker(p)}`);
+    }
+  }
+  lines.push('', '  -h, --help'.padEnd(w1 + 2) + '  ' + ''.padEnd(w2) + '  show this help');
+  return lines.join('\n') + '\n';
+}
+
+function mdCell(s: string): string {
+  return s.replace(/\|/g, '\\|');
+}
+
+/** A Markdown table of every option, for the docs. */
+export function optionsTableMarkdown(): string {
+  const effectText = { effective: 'effective', planned: 'not yet effective', ignored: 'ignored (gcsfuse compatibility)' };
+  const rows = (PARAMS as readonly Param[]).map((p) => {
+    const flag = `\`${optionLabel(p.flag)}\``;
+    const key = p.configKey ? `\`${p.configKey}\`` : '—';
+    const type = p.choices ? `${p.type} (${p.choices.join(', ')})` : p.type;
+    const def = `\`${formatValue(p, p.default)}\``;
+    const help = p.help + (p.deprecated ? ` Deprecated: ${p.deprecated}.` : '');
+    return `| ${[flag, key, type, def, effectText[p.effect], help].map(mdCell).join(' | ')} |`;
+  });
+  return [
+    '| Flag | Config key | Type | Default | Effect | Description |',
+    '| --- | --- | --- | --- | --- | --- |',
+    ...rows,
+  ].join('\n') + '\n';
+}

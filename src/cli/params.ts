@@ -1,0 +1,857 @@
+// The one table of every mount option gcsmount accepts. gcsmount is meant as a drop-in for gcsfuse, so
+// flag names, config-file keys (gcsfuse's YAML layout), types and defaults follow gcsfuse's own
+// parameter table (cfg/params.yaml in GoogleCloudPlatform/gcsfuse, v3 era); our own options live under
+// a `gcsmount:` section of the config file. The parser (options.ts), `--help` and the docs table are all
+// generated from this list: add an option here and nowhere else.
+//
+// `default` is the resolved value (what MountOptions.values holds): booleans, numbers (durations in
+// milliseconds, octal modes as numbers), strings, string arrays.
+
+import { availableParallelism } from 'node:os';
+
+export type ParamType = 'bool' | 'int' | 'float' | 'string' | 'duration' | 'octal' | 'string-list';
+
+export type ParamGroup =
+  | 'Mounting'
+  | 'Metadata cache'
+  | 'Block cache'
+  | 'Downloads'
+  | 'GCS connection'
+  | 'Authentication'
+  | 'Logging and metrics'
+  | 'Permissions'
+  | 'Compatibility';
+
+export type ParamEffect = 'effective' | 'planned' | 'ignored';
+
+export interface Param {
+  /** gcsfuse's flag name without dashes, e.g. 'metadata-cache-ttl-secs'. */
+  flag: string;
+  /** gcsfuse YAML path, e.g. 'metadata-cache.ttl-secs'; null if the option is command-line only. */
+  configKey: string | null;
+  type: ParamType;
+  /** gcsfuse's current default (or ours where we differ, with the reason in `help`), in resolved form. */
+  default: unknown;
+  /** One line. For 'ignored' options it says why. */
+  help: string;
+  group: ParamGroup;
+  /** 'planned': accepted now, takes effect in a later release; 'ignored': accepted for gcsfuse compatibility only. */
+  effect: ParamEffect;
+  /** Set when gcsfuse deprecates the option: what to use instead. */
+  deprecated?: string;
+  /** Bounds for numeric types (inclusive). */
+  min?: number;
+  max?: number;
+  /** For 'string' options with a fixed vocabulary (matched case-insensitively, stored lower-case). */
+  choices?: readonly string[];
+  /** A filesystem path: '~' is expanded and relative paths are made absolute. */
+  path?: boolean;
+}
+
+/** gcsfuse's DefaultMaxParallelDownloads(): max(16, 2 x CPUs). */
+const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(16, 2 * availableParallelism());
+
+/** gcsfuse accepts TTLs up to MaxInt64 nanoseconds. */
+const MAX_TTL_SECS = 9_223_372_036;
+
+export const PARAMS = [
+  // ---------------------------------------------------------------- Mounting
+  {
+    flag: 'config-file',
+    configKey: null,
+    type: 'string',
+    default: '',
+    help: 'YAML config file in gcsfuse layout; command-line flags override its values',
+    group: 'Mounting',
+    effect: 'effective',
+    path: true,
+  },
+  {
+    flag: 'foreground',
+    configKey: 'foreground',
+    type: 'bool',
+    default: false,
+    help: 'Stay in the foreground after mounting',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
+    flag: 'only-dir',
+    configKey: 'only-dir',
+    type: 'string',
+    default: '',
+    help: 'Mount only this directory (object prefix) of the bucket',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
+    flag: 'implicit-dirs',
+    configKey: 'implicit-dirs',
+    type: 'bool',
+    default: true,
+    help: 'Always on in gcsmount (gcsfuse default: false): every object prefix is a directory, placeholder object or not',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
+    flag: 'o',
+    configKey: 'file-system.fuse-options',
+    type: 'string-list',
+    default: [],
+    help: 'FUSE mount options, comma-separated and repeatable, e.g. -o allow_other -o ro',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+
+  // ---------------------------------------------------------------- Metadata cache
+  {
+    flag: 'metadata-cache-ttl-secs',
+    configKey: 'metadata-cache.ttl-secs',
+    type: 'int',
+    default: 60,
+    help: 'Seconds to cache object and directory metadata; -1 = forever, 0 = no cache',
+    group: 'Metadata cache',
+    effect: 'effective',
+    min: -1,
+    max: MAX_TTL_SECS,
+  },
+  {
+    flag: 'metadata-cache-negative-ttl-secs',
+    configKey: 'metadata-cache.negative-ttl-secs',
+    type: 'int',
+    default: 5,
+    help: 'Seconds to remember that a name does not exist; -1 = forever, 0 = no negative cache',
+    group: 'Metadata cache',
+    effect: 'effective',
+    min: -1,
+    max: MAX_TTL_SECS,
+  },
+  {
+    flag: 'stat-cache-max-size-mb',
+    configKey: 'metadata-cache.stat-cache-max-size-mb',
+    type: 'int',
+    default: 33,
+    help: 'Memory for cached object metadata, in MiB; -1 = unlimited, 0 = no cache',
+    group: 'Metadata cache',
+    effect: 'planned',
+    min: -1,
+  },
+  {
+    flag: 'type-cache-max-size-mb',
+    configKey: 'metadata-cache.type-cache-max-size-mb',
+    type: 'int',
+    default: 4,
+    help: 'Memory for cached file/directory types, per directory, in MiB; -1 = unlimited, 0 = no cache',
+    group: 'Metadata cache',
+    effect: 'planned',
+    min: -1,
+  },
+  {
+    flag: 'kernel-list-cache-ttl-secs',
+    configKey: 'file-system.kernel-list-cache-ttl-secs',
+    type: 'int',
+    default: 0,
+    help: 'Kernel caching of directory listings; libfuse 2 (which fuse-native uses) cannot do it, so listings are cached in the daemon instead',
+    group: 'Metadata cache',
+    effect: 'ignored',
+    min: -1,
+    max: MAX_TTL_SECS,
+  },
+  {
+    flag: 'stat-cache-ttl',
+    configKey: 'metadata-cache.deprecated-stat-cache-ttl',
+    type: 'duration',
+    default: 60_000,
+    help: 'Old metadata TTL; used (min with --type-cache-ttl, rounded up to seconds) only if --metadata-cache-ttl-secs is unset',
+    group: 'Metadata cache',
+    effect: 'effective',
+    deprecated: 'use --metadata-cache-ttl-secs',
+  },
+  {
+    flag: 'type-cache-ttl',
+    configKey: 'metadata-cache.deprecated-type-cache-ttl',
+    type: 'duration',
+    default: 60_000,
+    help: 'Old type-cache TTL; used (min with --stat-cache-ttl, rounded up to seconds) only if --metadata-cache-ttl-secs is unset',
+    group: 'Metadata cache',
+    effect: 'effective',
+    deprecated: 'use --metadata-cache-ttl-secs',
+  },
+  {
+    flag: 'stat-cache-capacity',
+    configKey: 'metadata-cache.deprecated-stat-cache-capacity',
+    type: 'int',
+    default: 20460,
+    help: 'Old entry-count limit of the stat cache; gcsmount sizes it only by --stat-cache-max-size-mb',
+    group: 'Metadata cache',
+    effect: 'ignored',
+    deprecated: 'use --stat-cache-max-size-mb',
+    min: 0,
+  },
+  {
+    flag: 'enable-nonexistent-type-cache',
+    configKey: 'metadata-cache.enable-nonexistent-type-cache',
+    type: 'bool',
+    default: false,
+    help: 'Negative caching is governed by --metadata-cache-negative-ttl-secs in gcsmount',
+    group: 'Metadata cache',
+    effect: 'ignored',
+  },
+  {
+    flag: 'experimental-metadata-prefetch-on-mount',
+    configKey: 'metadata-cache.experimental-metadata-prefetch-on-mount',
+    type: 'string',
+    default: 'disabled',
+    help: 'Experimental in gcsfuse; with gcsmount use `gcsmount warm` to prefetch',
+    group: 'Metadata cache',
+    effect: 'ignored',
+    choices: ['disabled', 'sync', 'async'],
+  },
+
+  // ---------------------------------------------------------------- Block cache
+  {
+    flag: 'cache-dir',
+    configKey: 'cache-dir',
+    type: 'string',
+    default: '',
+    help: 'Directory for the on-disk block cache; empty = no disk cache',
+    group: 'Block cache',
+    effect: 'planned',
+    path: true,
+  },
+  {
+    flag: 'file-cache-max-size-mb',
+    configKey: 'file-cache.max-size-mb',
+    type: 'int',
+    default: -1,
+    help: 'Maximum size of the disk cache in MiB; -1 = limited only by free space, 0 = no disk cache',
+    group: 'Block cache',
+    effect: 'planned',
+    min: -1,
+  },
+  {
+    flag: 'file-cache-cache-file-for-range-read',
+    configKey: 'file-cache.cache-file-for-range-read',
+    type: 'bool',
+    default: false,
+    help: 'Cache the whole object when a read starts at a non-zero offset',
+    group: 'Block cache',
+    effect: 'planned',
+  },
+  {
+    flag: 'file-cache-include-regex',
+    configKey: 'file-cache.include-regex',
+    type: 'string',
+    default: '',
+    help: 'Cache only paths (bucket/object) matching this regular expression',
+    group: 'Block cache',
+    effect: 'planned',
+  },
+  {
+    flag: 'file-cache-exclude-regex',
+    configKey: 'file-cache.exclude-regex',
+    type: 'string',
+    default: '',
+    help: 'Never cache paths (bucket/object) matching this regular expression',
+    group: 'Block cache',
+    effect: 'planned',
+  },
+  {
+    flag: 'block-size-mb',
+    configKey: 'gcsmount.block-size-mb',
+    type: 'int',
+    default: 4,
+    help: 'gcsmount: size of a cached block in MiB',
+    group: 'Block cache',
+    effect: 'effective',
+    min: 1,
+    max: 1024,
+  },
+  {
+    flag: 'whole-object-threshold-mb',
+    configKey: 'gcsmount.whole-object-threshold-mb',
+    type: 'int',
+    default: 4,
+    help: 'gcsmount: objects up to this size in MiB are fetched whole in one request',
+    group: 'Block cache',
+    effect: 'planned',
+    min: 0,
+  },
+
+  // ---------------------------------------------------------------- Downloads
+  {
+    flag: 'file-cache-enable-parallel-downloads',
+    configKey: 'file-cache.enable-parallel-downloads',
+    type: 'bool',
+    default: false,
+    help: 'Fill the disk cache for one object with several concurrent requests',
+    group: 'Downloads',
+    effect: 'planned',
+  },
+  {
+    flag: 'file-cache-max-parallel-downloads',
+    configKey: 'file-cache.max-parallel-downloads',
+    type: 'int',
+    default: DEFAULT_MAX_PARALLEL_DOWNLOADS,
+    help: 'Limit on concurrent download requests across all objects; default max(16, 2 x CPUs); -1 = unlimited',
+    group: 'Downloads',
+    effect: 'planned',
+    min: -1,
+  },
+  {
+    flag: 'file-cache-parallel-downloads-per-file',
+    configKey: 'file-cache.parallel-downloads-per-file',
+    type: 'int',
+    default: 16,
+    help: 'Concurrent download requests per object',
+    group: 'Downloads',
+    effect: 'planned',
+    min: 1,
+  },
+  {
+    flag: 'file-cache-download-chunk-size-mb',
+    configKey: 'file-cache.download-chunk-size-mb',
+    type: 'int',
+    default: 200,
+    help: 'Size in MiB of each concurrent download request',
+    group: 'Downloads',
+    effect: 'planned',
+    min: 1,
+  },
+  {
+    flag: 'enable-buffered-read',
+    configKey: 'read.enable-buffered-read',
+    type: 'bool',
+    default: false,
+    help: 'Prefetch ahead of sequential reads into memory buffers',
+    group: 'Downloads',
+    effect: 'planned',
+  },
+  {
+    flag: 'read-global-max-blocks',
+    configKey: 'read.global-max-blocks',
+    type: 'int',
+    default: 40,
+    help: 'Limit on prefetch buffers across all open files; -1 = unlimited, 0 = no prefetch',
+    group: 'Downloads',
+    effect: 'planned',
+    min: -1,
+  },
+  {
+    flag: 'sequential-read-size-mb',
+    configKey: 'gcs-connection.sequential-read-size-mb',
+    type: 'int',
+    default: 200,
+    help: 'Size in MiB of one GCS read request for sequential reads',
+    group: 'Downloads',
+    effect: 'planned',
+    min: 1,
+    max: 1024,
+  },
+
+  // ---------------------------------------------------------------- GCS connection
+  {
+    flag: 'custom-endpoint',
+    configKey: 'gcs-connection.custom-endpoint',
+    type: 'string',
+    default: '',
+    help: 'Alternative storage endpoint (e.g. an emulator), including the port',
+    group: 'GCS connection',
+    effect: 'effective',
+  },
+  {
+    flag: 'http-client-timeout',
+    configKey: 'gcs-connection.http-client-timeout',
+    type: 'duration',
+    default: 0,
+    help: 'How long to wait for a response from GCS; 0 = no timeout',
+    group: 'GCS connection',
+    effect: 'effective',
+  },
+  {
+    flag: 'max-conns-per-host',
+    configKey: 'gcs-connection.max-conns-per-host',
+    type: 'int',
+    default: 0,
+    help: 'Maximum TCP connections to the storage host; 0 = no limit',
+    group: 'GCS connection',
+    effect: 'effective',
+    min: 0,
+  },
+  {
+    flag: 'max-idle-conns-per-host',
+    configKey: 'gcs-connection.max-idle-conns-per-host',
+    type: 'int',
+    default: 100,
+    help: 'Maximum idle connections kept open to the storage host',
+    group: 'GCS connection',
+    effect: 'planned',
+    min: 0,
+  },
+  {
+    flag: 'max-retry-sleep',
+    configKey: 'gcs-retries.max-retry-sleep',
+    type: 'duration',
+    default: 30_000,
+    help: 'Upper bound of the exponential backoff between retries of a failed GCS request',
+    group: 'GCS connection',
+    effect: 'effective',
+  },
+  {
+    flag: 'max-retry-attempts',
+    configKey: 'gcs-retries.max-retry-attempts',
+    type: 'int',
+    default: 0,
+    help: 'Maximum retries of a failed GCS request; 0 = no limit',
+    group: 'GCS connection',
+    effect: 'planned',
+    min: 0,
+  },
+  {
+    flag: 'retry-multiplier',
+    configKey: 'gcs-retries.multiplier',
+    type: 'float',
+    default: 2,
+    help: 'Factor by which the backoff between retries grows',
+    group: 'GCS connection',
+    effect: 'planned',
+    min: 1,
+  },
+  {
+    flag: 'client-protocol',
+    configKey: 'gcs-connection.client-protocol',
+    type: 'string',
+    default: 'http1',
+    help: 'gcsmount chooses its own transport to GCS',
+    group: 'GCS connection',
+    effect: 'ignored',
+    choices: ['http1', 'http2', 'grpc'],
+  },
+  {
+    flag: 'billing-project',
+    configKey: 'gcs-connection.billing-project',
+    type: 'string',
+    default: '',
+    help: 'Requester-pays billing is not supported by gcsmount',
+    group: 'GCS connection',
+    effect: 'ignored',
+  },
+  {
+    flag: 'limit-ops-per-sec',
+    configKey: 'gcs-connection.limit-ops-per-sec',
+    type: 'float',
+    default: -1,
+    help: 'gcsmount does not throttle GCS requests (bound concurrency with --max-conns-per-host)',
+    group: 'GCS connection',
+    effect: 'ignored',
+  },
+  {
+    flag: 'limit-bytes-per-sec',
+    configKey: 'gcs-connection.limit-bytes-per-sec',
+    type: 'float',
+    default: -1,
+    help: 'gcsmount does not throttle GCS bandwidth',
+    group: 'GCS connection',
+    effect: 'ignored',
+  },
+  {
+    flag: 'experimental-enable-json-read',
+    configKey: 'gcs-connection.experimental-enable-json-read',
+    type: 'bool',
+    default: false,
+    help: 'gcsmount chooses its own GCS API for reads',
+    group: 'GCS connection',
+    effect: 'ignored',
+    deprecated: 'experimental in gcsfuse',
+  },
+  {
+    flag: 'experimental-grpc-conn-pool-size',
+    configKey: 'gcs-connection.grpc-conn-pool-size',
+    type: 'int',
+    default: 1,
+    help: 'gcsmount does not use gRPC',
+    group: 'GCS connection',
+    effect: 'ignored',
+    deprecated: 'experimental in gcsfuse',
+    min: 1,
+  },
+  {
+    flag: 'max-retry-duration',
+    configKey: null,
+    type: 'duration',
+    default: 0,
+    help: 'Unused in gcsfuse too',
+    group: 'GCS connection',
+    effect: 'ignored',
+    deprecated: 'unused',
+  },
+
+  // ---------------------------------------------------------------- Authentication
+  {
+    flag: 'key-file',
+    configKey: 'gcs-auth.key-file',
+    type: 'string',
+    default: '',
+    help: 'Service-account JSON key file; unset = application default credentials',
+    group: 'Authentication',
+    effect: 'effective',
+    path: true,
+  },
+  {
+    flag: 'anonymous-access',
+    configKey: 'gcs-auth.anonymous-access',
+    type: 'bool',
+    default: false,
+    help: 'Send no credentials (public buckets, emulators)',
+    group: 'Authentication',
+    effect: 'effective',
+  },
+  {
+    flag: 'token-url',
+    configKey: 'gcs-auth.token-url',
+    type: 'string',
+    default: '',
+    help: 'Token URLs are not supported: gcsmount uses --key-file or application default credentials',
+    group: 'Authentication',
+    effect: 'ignored',
+  },
+  {
+    flag: 'reuse-token-from-url',
+    configKey: 'gcs-auth.reuse-token-from-url',
+    type: 'bool',
+    default: true,
+    help: 'Only meaningful with --token-url, which gcsmount does not support',
+    group: 'Authentication',
+    effect: 'ignored',
+  },
+
+  // ---------------------------------------------------------------- Logging and metrics
+  {
+    flag: 'log-file',
+    configKey: 'logging.file-path',
+    type: 'string',
+    default: '',
+    help: 'Write logs to this file; unset = stdout in the foreground, syslog in the background',
+    group: 'Logging and metrics',
+    effect: 'effective',
+    path: true,
+  },
+  {
+    flag: 'log-severity',
+    configKey: 'logging.severity',
+    type: 'string',
+    default: 'info',
+    help: 'Least severity logged: trace, debug, info, warning, error or off',
+    group: 'Logging and metrics',
+    effect: 'effective',
+    choices: ['trace', 'debug', 'info', 'warning', 'error', 'off'],
+  },
+  {
+    flag: 'log-format',
+    configKey: 'logging.format',
+    type: 'string',
+    default: 'json',
+    help: 'Log line format: text or json',
+    group: 'Logging and metrics',
+    effect: 'effective',
+    choices: ['text', 'json'],
+  },
+  {
+    flag: 'log-rotate-max-file-size-mb',
+    configKey: 'logging.log-rotate.max-file-size-mb',
+    type: 'int',
+    default: 512,
+    help: 'Rotate the log file when it reaches this size in MiB',
+    group: 'Logging and metrics',
+    effect: 'planned',
+    min: 1,
+  },
+  {
+    flag: 'log-rotate-backup-file-count',
+    configKey: 'logging.log-rotate.backup-file-count',
+    type: 'int',
+    default: 10,
+    help: 'Rotated log files to keep; 0 = keep all',
+    group: 'Logging and metrics',
+    effect: 'planned',
+    min: 0,
+  },
+  {
+    flag: 'log-rotate-compress',
+    configKey: 'logging.log-rotate.compress',
+    type: 'bool',
+    default: true,
+    help: 'Gzip rotated log files',
+    group: 'Logging and metrics',
+    effect: 'planned',
+  },
+  {
+    flag: 'prometheus-port',
+    configKey: 'metrics.prometheus-port',
+    type: 'int',
+    default: 0,
+    help: 'Serve Prometheus metrics on this port at /metrics; 0 = off',
+    group: 'Logging and metrics',
+    effect: 'planned',
+    min: 0,
+    max: 65535,
+  },
+  {
+    flag: 'cloud-metrics-export-interval-secs',
+    configKey: 'metrics.cloud-metrics-export-interval-secs',
+    type: 'int',
+    default: 0,
+    help: 'gcsmount does not export to Cloud Monitoring (see `gcsmount stats`, --prometheus-port)',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    min: 0,
+  },
+  {
+    flag: 'stackdriver-export-interval',
+    configKey: 'metrics.stackdriver-export-interval',
+    type: 'duration',
+    default: 0,
+    help: 'gcsmount does not export to Cloud Monitoring',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'use --cloud-metrics-export-interval-secs',
+  },
+  {
+    flag: 'enable-grpc-metrics',
+    configKey: 'metrics.enable-grpc-metrics',
+    type: 'bool',
+    default: false,
+    help: 'gcsmount does not use gRPC',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+  },
+  {
+    flag: 'debug_fuse',
+    configKey: 'debug.fuse',
+    type: 'bool',
+    default: false,
+    help: 'Old gcsfuse debug switch',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'use --log-severity trace',
+  },
+  {
+    flag: 'debug_gcs',
+    configKey: 'debug.gcs',
+    type: 'bool',
+    default: false,
+    help: 'Old gcsfuse debug switch',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'use --log-severity trace',
+  },
+  {
+    flag: 'debug_fs',
+    configKey: null,
+    type: 'bool',
+    default: false,
+    help: 'Unused in gcsfuse too',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'use --log-severity trace',
+  },
+  {
+    flag: 'debug_fuse_errors',
+    configKey: null,
+    type: 'bool',
+    default: true,
+    help: 'Unused in gcsfuse too',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'unused',
+  },
+  {
+    flag: 'debug_http',
+    configKey: null,
+    type: 'bool',
+    default: false,
+    help: 'Unused in gcsfuse too',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+    deprecated: 'use --log-severity trace',
+  },
+  {
+    flag: 'debug_invariants',
+    configKey: 'debug.exit-on-invariant-violation',
+    type: 'bool',
+    default: false,
+    help: 'gcsfuse-internal debugging switch with no gcsmount counterpart',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+  },
+  {
+    flag: 'debug_mutex',
+    configKey: 'debug.log-mutex',
+    type: 'bool',
+    default: false,
+    help: 'gcsfuse-internal debugging switch with no gcsmount counterpart',
+    group: 'Logging and metrics',
+    effect: 'ignored',
+  },
+
+  // ---------------------------------------------------------------- Permissions
+  {
+    flag: 'uid',
+    configKey: 'file-system.uid',
+    type: 'int',
+    default: -1,
+    help: 'Owner UID of every file and directory; -1 = the mounting user',
+    group: 'Permissions',
+    effect: 'effective',
+    min: -1,
+    max: 4_294_967_295,
+  },
+  {
+    flag: 'gid',
+    configKey: 'file-system.gid',
+    type: 'int',
+    default: -1,
+    help: 'Owner GID of every file and directory; -1 = the mounting user\'s group',
+    group: 'Permissions',
+    effect: 'effective',
+    min: -1,
+    max: 4_294_967_295,
+  },
+  {
+    flag: 'file-mode',
+    configKey: 'file-system.file-mode',
+    type: 'octal',
+    default: 0o644,
+    help: 'Permission bits of files, in octal',
+    group: 'Permissions',
+    effect: 'effective',
+  },
+  {
+    flag: 'dir-mode',
+    configKey: 'file-system.dir-mode',
+    type: 'octal',
+    default: 0o755,
+    help: 'Permission bits of directories, in octal',
+    group: 'Permissions',
+    effect: 'effective',
+  },
+
+  // ---------------------------------------------------------------- Compatibility
+  {
+    flag: 'rename-dir-limit',
+    configKey: 'file-system.rename-dir-limit',
+    type: 'int',
+    default: 0,
+    help: 'Directory renames: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+    min: 0,
+  },
+  {
+    flag: 'temp-dir',
+    configKey: 'file-system.temp-dir',
+    type: 'string',
+    default: '',
+    help: 'Staging area for writes: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+    path: true,
+  },
+  {
+    flag: 'enable-streaming-writes',
+    configKey: 'write.enable-streaming-writes',
+    type: 'bool',
+    default: true,
+    help: 'Write path: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'write-global-max-blocks',
+    configKey: 'write.global-max-blocks',
+    type: 'int',
+    default: 4,
+    help: 'Write path: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+    min: -1,
+  },
+  {
+    flag: 'enable-rapid-appends',
+    configKey: 'write.enable-rapid-appends',
+    type: 'bool',
+    default: true,
+    help: 'Write path: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'ignore-interrupts',
+    configKey: 'file-system.ignore-interrupts',
+    type: 'bool',
+    default: true,
+    help: 'Protects in-flight writes from signals in gcsfuse: gcsmount is read-only',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'app-name',
+    configKey: 'app-name',
+    type: 'string',
+    default: '',
+    help: 'gcsmount identifies itself to GCS with its own user agent',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'profile',
+    configKey: 'profile',
+    type: 'string',
+    default: '',
+    help: 'gcsfuse tuning profiles (aiml-*) do not apply: gcsmount\'s defaults target read-heavy ML',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+] as const satisfies readonly Param[];
+
+/** One entry of the table, with its literal types. */
+export type ParamEntry = (typeof PARAMS)[number];
+
+/** Every flag name in the table. */
+export type ParamFlag = ParamEntry['flag'];
+
+/** The flags of a given type, e.g. FlagOfType<'bool'> = 'foreground' | 'implicit-dirs' | ... */
+export type FlagOfType<T extends ParamType> = Extract<ParamEntry, { type: T }>['flag'];
+
+/** The resolved value of each type. */
+export type ValueOfType<T extends ParamType> = T extends 'bool'
+  ? boolean
+  : T extends 'string'
+    ? string
+    : T extends 'string-list'
+      ? readonly string[]
+      : number; // int, float, octal, duration (milliseconds)
+
+/** Every option's resolved value, keyed by flag name. */
+export type ResolvedValues = { [P in ParamEntry as P['flag']]: ValueOfType<P['type']> };
+
+/** Table lookup by flag name. */
+export const PARAM_BY_FLAG: ReadonlyMap<string, Param> = new Map(PARAMS.map((p) => [p.flag, p as Param]));
+
+/** Table lookup by config-file key ('metadata-cache.ttl-secs'). */
+export const PARAM_BY_CONFIG_KEY: ReadonlyMap<string, Param> = new Map(
+  PARAMS.filter((p) => p.configKey !== null).map((p) => [p.configKey as string, p as Param]),
+);
+
+/** Groups in the order `--help` shows them. */
+export const GROUPS: readonly ParamGroup[] = [
+  'Mounting',
+  'Metadata cache',
+  'Block cache',
+  'Downloads',
+  'GCS connection',
+  'Authentication',
+  'Logging and metrics',
+  'Permissions',
+  'Compatibility',
+];

@@ -1,0 +1,21 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { resolve } from 'node:path';
+import { mountedPaths } from '../fs/mount.js';
+import { EXIT, UserError } from './exit.js';
+
+const run = promisify(execFile);
+
+/** `gcsmount unmount MOUNTPOINT`: the daemon sees its mount go and exits on its own. */
+export async function runUnmount(args: string[]): Promise<number> {
+  if (args.length !== 1 || args[0]!.startsWith('-')) throw new UserError('usage: gcsmount unmount MOUNTPOINT', EXIT.usage);
+  const path = resolve(args[0]!);
+  if (!(await mountedPaths()).has(path)) throw new UserError(`${args[0]} is not mounted`, EXIT.mountPoint);
+  try {
+    await run('fusermount', ['-u', path]);
+  } catch (err) {
+    const detail = ((err as { stderr?: string }).stderr ?? String(err)).trim().split('\n')[0];
+    throw new UserError(`cannot unmount ${args[0]}: ${detail}`, EXIT.mountPoint);
+  }
+  return EXIT.ok;
+}

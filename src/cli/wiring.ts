@@ -1,0 +1,121 @@
+import { createOperations } from '../fs/operations.js';
+import { FuseMount, prepareMountPoint } from '../fs/mount.js';
+import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
+import { resolveEndpoint } from '../gcs/endpoint.js';
+import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
+import { DEFAULT_RETRY } from '../gcs/retry.js';
+import { OnceLog, type Logger } from '../observe/logger.js';
+import { Metrics } from '../observe/metrics.js';
+import { NameMapper } from '../namespace/names.js';
+import { Namespace } from '../namespace/namespace.js';
+import { getTtl, metadataCacheTtl, type MountOptions } from './options.js';
+import type { Ttl } from './values.js';
+import { EXIT, UserError } from './exit.js';
+
+const MIB = 1024 * 1024;
+/** What the kernel is told for "never expires": a year is forever for a mount. */
+const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
+
+/** -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. */
+const PASSED_MOUNT_OPTIONS = new Set(['allow_root', 'default_permissions']);
+
+/** Kernel attribute and entry timeouts, in seconds, following a metadata TTL. */
+function kernelSecs(ttl: Ttl): number {
+  if (ttl.kind === 'forever') return KERNEL_FOREVER_SECS;
+  return ttl.kind === 'off' ? 0 : ttl.ms / 1000;
+}
+
+function credentialSource(opts: MountOptions, customEndpoint: boolean): CredentialSource {
+  const v = opts.values;
+  if (customEndpoint || v['anonymous-access']) return { kind: 'none' };
+  if (v['key-file']) return { kind: 'key-file', path: v['key-file'] };
+  return { kind: 'default' };
+}
+
+export interface RunningDaemon {
+  mount: FuseMount;
+  metrics: Metrics;
+  stop(): Promise<void>;
+}
+
+/** Builds the whole stack from options, checks the bucket, and mounts. Components never see argv. */
+export async function startDaemon(opts: MountOptions, log: Logger): Promise<RunningDaemon> {
+  const v = opts.values;
+  const mountPoint = await prepareMountPoint(opts.mountPoint);
+  let endpoint;
+  try {
+    endpoint = resolveEndpoint(v['custom-endpoint'] || undefined, process.env);
+  } catch (err) {
+    throw new UserError((err as Error).message, EXIT.usage);
+  }
+  const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
+  const metrics = new Metrics();
+  const clientConfig: HttpClientConfig = {
+    endpoint,
+    bucket: opts.bucket,
+    auth,
+    maxConnections: v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0,
+    timeoutMs: v['http-client-timeout'],
+    retry: { ...DEFAULT_RETRY, maxDelayMs: v['max-retry-sleep'] },
+    log,
+    metrics,
+  };
+
+  // A missing bucket or an unreachable endpoint should fail the mount in seconds, not after a long backoff.
+  const probe = new HttpObjectClient({ ...clientConfig, retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 } });
+  try {
+    await probe.getBucket();
+  } finally {
+    await probe.close();
+  }
+
+  const client = new HttpObjectClient(clientConfig);
+  const once = new OnceLog(log);
+  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), once, metrics });
+  const { ops } = createOperations({
+    namespace,
+    client,
+    attributes: {
+      uid: v.uid >= 0 ? v.uid : process.getuid!(),
+      gid: v.gid >= 0 ? v.gid : process.getgid!(),
+      fileMode: v['file-mode'],
+      dirMode: v['dir-mode'],
+      mountTimeMs: Date.now(),
+    },
+    reader: { blockSize: v['block-size-mb'] * MIB, keepBlocks: 4 },
+    log,
+    metrics,
+  });
+
+  let allowOther = false;
+  const extra: string[] = [];
+  for (const o of v.o) {
+    if (o === 'allow_other') allowOther = true;
+    else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
+    else if (o !== 'ro') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
+  }
+  const ttl = metadataCacheTtl(opts);
+  const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
+  let mount: FuseMount;
+  try {
+    mount = await FuseMount.mount(mountPoint, ops, {
+      fsName: opts.bucket,
+      attrTimeoutSec: kernelSecs(ttl),
+      entryTimeoutSec: kernelSecs(ttl),
+      negativeTimeoutSec: kernelSecs(negativeTtl),
+      allowOther,
+      extra,
+    });
+  } catch (err) {
+    await client.close();
+    throw err;
+  }
+  return {
+    mount,
+    metrics,
+    async stop() {
+      await mount.unmount();
+      await client.close();
+    },
+  };
+}

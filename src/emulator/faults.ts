@@ -1,0 +1,139 @@
+// Fault-injection knobs and the seeded dice that decide, request by request, which fault fires.
+
+export interface EmulatorKnobs {
+  /** Delay before any byte of an API response, in ms. */
+  latencyMs: number;
+  /** Per response body; 0 = unlimited. */
+  bandwidthBytesPerSec: number;
+  /** Probability (0..1) that an API request is answered 429. */
+  rate429: number;
+  /** Probability (0..1) that an API request is answered 503. */
+  rate503: number;
+  /** When set, injected 429/503 responses carry `Retry-After`. */
+  retryAfterSeconds: number | null;
+  /** Probability that a media body is cut by a TCP reset partway through. */
+  resetRate: number;
+  /** Probability that a media body ends cleanly (FIN) after about half of its Content-Length. */
+  shortBodyRate: number;
+  /** Largest list page (items + prefixes), 1..1000. */
+  pageSize: number;
+  /** Seeds the dice; setting it restarts the sequence. */
+  seed: number;
+  /** Every media request answers this status (e.g. 403, 404), for permanent-error tests. */
+  failMedia: { status: number } | null;
+}
+
+export type InjectedFault = '429' | '503' | 'reset' | 'short';
+
+export const DEFAULT_KNOBS: EmulatorKnobs = {
+  latencyMs: 0,
+  bandwidthBytesPerSec: 0,
+  rate429: 0,
+  rate503: 0,
+  retryAfterSeconds: null,
+  resetRate: 0,
+  shortBodyRate: 0,
+  pageSize: 1000,
+  seed: 1,
+  failMedia: null,
+};
+
+const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate'] as const;
+const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec'] as const;
+
+/** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
+export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
+  if (k === null || typeof k !== 'object' || Array.isArray(k)) throw new Error('knobs must be a JSON object');
+  const src = k as Record<string, unknown>;
+  for (const key of Object.keys(src)) {
+    if (!(key in DEFAULT_KNOBS)) throw new Error(`unknown knob: ${key}`);
+  }
+  const num = (key: string): number | undefined => {
+    const v = src[key];
+    if (v === undefined) return undefined;
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new Error(`${key} must be a finite number`);
+    return v;
+  };
+  for (const key of RATES) {
+    const v = num(key);
+    if (v !== undefined && (v < 0 || v > 1)) throw new Error(`${key} must be within 0..1`);
+  }
+  for (const key of NON_NEGATIVE) {
+    const v = num(key);
+    if (v !== undefined && v < 0) throw new Error(`${key} must not be negative`);
+  }
+  const page = num('pageSize');
+  if (page !== undefined && (!Number.isInteger(page) || page < 1 || page > 1000)) {
+    throw new Error('pageSize must be an integer within 1..1000');
+  }
+  const seed = num('seed');
+  if (seed !== undefined && !Number.isInteger(seed)) throw new Error('seed must be an integer');
+  if (src.retryAfterSeconds !== undefined && src.retryAfterSeconds !== null) {
+    const v = num('retryAfterSeconds')!;
+    if (v < 0) throw new Error('retryAfterSeconds must not be negative');
+  }
+  const fm = src.failMedia;
+  if (fm !== undefined && fm !== null) {
+    const status = typeof fm === 'object' ? (fm as Record<string, unknown>).status : undefined;
+    if (typeof status !== 'number' || !Number.isInteger(status) || status < 400 || status > 599) {
+      throw new Error('failMedia must be null or {"status": 400..599}');
+    }
+  }
+  // An explicit `undefined` means "not given", not "clear this knob".
+  return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
+}
+
+/** mulberry32: tiny, fast, and good enough to make fault sequences reproducible from a seed. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export class Faults {
+  private current: EmulatorKnobs;
+  private rand: () => number;
+
+  constructor(initial: Partial<EmulatorKnobs> = {}) {
+    this.current = { ...DEFAULT_KNOBS, ...validateKnobs(initial) };
+    this.rand = mulberry32(this.current.seed);
+  }
+
+  get knobs(): EmulatorKnobs {
+    return { ...this.current, failMedia: this.current.failMedia ? { ...this.current.failMedia } : null };
+  }
+
+  set(patch: Partial<EmulatorKnobs>): EmulatorKnobs {
+    const valid = validateKnobs(patch);
+    this.current = { ...this.current, ...valid };
+    if (valid.seed !== undefined) this.rand = mulberry32(valid.seed);
+    return this.knobs;
+  }
+
+  /**
+   * Rolls for a status fault on an API request. Dice are only thrown for knobs that are on, so turning
+   * one knob on does not shift the sequence another test relies on.
+   */
+  rollStatus(): '429' | '503' | null {
+    if (this.current.rate429 > 0 && this.rand() < this.current.rate429) return '429';
+    if (this.current.rate503 > 0 && this.rand() < this.current.rate503) return '503';
+    return null;
+  }
+
+  /** Rolls for a body fault on a media response of `length` bytes; `cutAt` is how many bytes go out. */
+  rollBody(length: number): { fault: 'reset' | 'short'; cutAt: number } | null {
+    if (this.current.resetRate > 0 && this.rand() < this.current.resetRate) {
+      // Somewhere in the middle half, so the client has clearly started receiving the body.
+      return { fault: 'reset', cutAt: Math.floor(length * (0.25 + 0.5 * this.rand())) };
+    }
+    if (this.current.shortBodyRate > 0 && this.rand() < this.current.shortBodyRate) {
+      return { fault: 'short', cutAt: Math.floor(length / 2) };
+    }
+    return null;
+  }
+}

@@ -1,0 +1,129 @@
+// JSON routes: bucket metadata, bucket list, objects.list, object metadata, object delete.
+import { checkRead, checkWrite, validateGenerationParams } from './conditions.js';
+import { HttpError, type RequestContext } from './context.js';
+import { selects, type FieldTree } from './fields.js';
+import { hashHandle, type Hashes } from './hashes.js';
+import { ListQueryError, listPage, parseListQuery } from './list.js';
+import { bucketResource, objectResource } from './resources.js';
+import type { OpenedObject, StoredObject } from './store.js';
+
+export async function getBucket(ctx: RequestContext, bucket: string): Promise<void> {
+  const fields = ctx.fields();
+  const st = await ctx.shared.store.bucketStat(bucket);
+  if (!st) throw noSuchBucket();
+  await ctx.projected(bucketResource(ctx.shared.baseUrl, bucket, st), fields);
+}
+
+export async function listBuckets(ctx: RequestContext): Promise<void> {
+  const fields = ctx.fields();
+  const { store, baseUrl } = ctx.shared;
+  const items: unknown[] = [];
+  for (const name of (await store.listBuckets()).sort()) {
+    const st = await store.bucketStat(name);
+    if (st) items.push(bucketResource(baseUrl, name, st));
+  }
+  await ctx.projected(items.length ? { kind: 'storage#buckets', items } : { kind: 'storage#buckets' }, fields);
+}
+
+export async function listObjects(ctx: RequestContext, bucket: string): Promise<void> {
+  const fields = ctx.fields();
+  let q;
+  try {
+    q = parseListQuery(ctx.query, ctx.knobs.pageSize);
+  } catch (e) {
+    if (e instanceof ListQueryError) throw new HttpError(400, e.message);
+    throw e;
+  }
+  const { store } = ctx.shared;
+  if (!(await store.bucketStat(bucket))) throw noSuchBucket();
+  const page = await listPage(store, bucket, q);
+  // Hashing is the expensive part of a listing; skip it unless the caller's `fields` wants it.
+  const wantHashes = wantsHashes(fields, ['items']);
+  const described = await mapLimit(page.items, wantHashes ? 8 : 64, (it) => describe(ctx, bucket, it.name, it.path, wantHashes));
+  const items = described.filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes));
+  // Field order as GCS sends it; empty lists are omitted, not sent as [].
+  const body: Record<string, unknown> = { kind: 'storage#objects' };
+  if (page.nextPageToken !== null) body.nextPageToken = page.nextPageToken;
+  if (page.prefixes.length) body.prefixes = page.prefixes;
+  if (items.length) body.items = items;
+  await ctx.projected(body, fields);
+}
+
+export async function getObjectMetadata(ctx: RequestContext, bucket: string, name: string): Promise<void> {
+  const fields = ctx.fields();
+  validateGenerationParams(ctx.query);
+  const opened = await openExisting(ctx, bucket, name);
+  try {
+    checkRead(ctx.query, opened.obj);
+    const hashes = wantsHashes(fields, []) ? await hashesOf(ctx, opened) : null;
+    await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes), fields);
+  } finally {
+    await opened.fh.close();
+  }
+}
+
+export async function deleteObject(ctx: RequestContext, bucket: string, name: string): Promise<void> {
+  validateGenerationParams(ctx.query);
+  const { store } = ctx.shared;
+  if (!(await store.bucketStat(bucket))) throw noSuchBucket();
+  const target = { bucket, name };
+  const removed = await store.remove(bucket, name, (cur) => checkWrite(ctx.query, cur, target));
+  if (!removed) throw new HttpError(404, `No such object: ${bucket}/${name}`);
+  await ctx.send(204, Buffer.alloc(0));
+}
+
+/** Opens an object or throws the 404 GCS would send (bucket first, then object). */
+export async function openExisting(ctx: RequestContext, bucket: string, name: string): Promise<OpenedObject> {
+  const { store } = ctx.shared;
+  const opened = await store.open(bucket, name);
+  if (opened) return opened;
+  if (!(await store.bucketStat(bucket))) throw noSuchBucket();
+  throw new HttpError(404, `No such object: ${bucket}/${name}`);
+}
+
+export function hashesOf(ctx: RequestContext, opened: OpenedObject): Promise<Hashes> {
+  return ctx.shared.hashes.get(opened.obj, () => hashHandle(opened.fh, opened.obj.size));
+}
+
+export function noSuchBucket(): HttpError {
+  return new HttpError(404, 'The specified bucket does not exist.');
+}
+
+function wantsHashes(fields: FieldTree | null, at: string[]): boolean {
+  return fields === null || selects(fields, [...at, 'crc32c']) || selects(fields, [...at, 'md5Hash']);
+}
+
+async function describe(
+  ctx: RequestContext,
+  bucket: string,
+  name: string,
+  path: string,
+  wantHashes: boolean,
+): Promise<{ obj: StoredObject; hashes: Hashes | null } | null> {
+  const { store } = ctx.shared;
+  const obj = await store.statPath(bucket, name, path);
+  if (!obj || !wantHashes) return obj && { obj, hashes: null };
+  const cached = ctx.shared.hashes.peek(obj);
+  if (cached) return { obj, hashes: await cached };
+  // On a miss, hash through an open handle so the result is filed under the version it describes.
+  const opened = await store.openPath(bucket, name, path);
+  if (!opened) return null;
+  try {
+    return { obj: opened.obj, hashes: await hashesOf(ctx, opened) };
+  } finally {
+    await opened.fh.close();
+  }
+}
+
+async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}

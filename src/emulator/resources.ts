@@ -1,0 +1,95 @@
+// JSON shapes the GCS JSON API returns: object and bucket resources, and error bodies.
+import type { BigIntStats } from 'node:fs';
+import type { Hashes } from './hashes.js';
+import type { StoredObject } from './store.js';
+
+/**
+ * GCS etags are base64 of a small protobuf (field 1 = generation, field 2 = metageneration), which is
+ * why they start with "C". Mirroring that means an etag changes exactly when the generation does.
+ */
+export function etagFor(generation: bigint, metageneration = 1n): string {
+  return Buffer.from([0x08, ...varint(generation), 0x10, ...varint(metageneration)]).toString('base64');
+}
+
+function varint(v: bigint): number[] {
+  const out: number[] = [];
+  do {
+    let b = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v > 0n) b |= 0x80;
+    out.push(b);
+  } while (v > 0n);
+  return out;
+}
+
+export function rfc3339(ns: bigint): string {
+  return new Date(Number(ns / 1_000_000n)).toISOString();
+}
+
+/** `hashes` is null when the caller's `fields` did not ask for them, so nothing was hashed. */
+export function objectResource(baseUrl: string, obj: StoredObject, hashes: Hashes | null): Record<string, unknown> {
+  const enc = encodeURIComponent(obj.name);
+  const b = encodeURIComponent(obj.bucket);
+  const time = rfc3339(obj.mtimeNs);
+  const res: Record<string, unknown> = {
+    kind: 'storage#object',
+    id: `${obj.bucket}/${obj.name}/${obj.generation}`,
+    selfLink: `${baseUrl}/storage/v1/b/${b}/o/${enc}`,
+    mediaLink: `${baseUrl}/download/storage/v1/b/${b}/o/${enc}?generation=${obj.generation}&alt=media`,
+    name: obj.name,
+    bucket: obj.bucket,
+    generation: obj.generation,
+    metageneration: '1',
+    contentType: 'application/octet-stream',
+    storageClass: 'STANDARD',
+    size: String(obj.size),
+  };
+  if (hashes) {
+    res.md5Hash = hashes.md5Hash;
+    res.crc32c = hashes.crc32c;
+  }
+  res.etag = etagFor(BigInt(obj.generation));
+  res.timeCreated = time;
+  res.updated = time;
+  res.timeStorageClassUpdated = time;
+  return res;
+}
+
+export function bucketResource(baseUrl: string, bucket: string, st: BigIntStats): Record<string, unknown> {
+  const created = st.birthtimeNs > 0n ? st.birthtimeNs : st.ctimeNs;
+  return {
+    kind: 'storage#bucket',
+    selfLink: `${baseUrl}/storage/v1/b/${encodeURIComponent(bucket)}`,
+    id: bucket,
+    name: bucket,
+    projectNumber: '0',
+    metageneration: '1',
+    location: 'US',
+    storageClass: 'STANDARD',
+    // base64 of the protobuf {1: metageneration=1}, the real value for a never-updated bucket.
+    etag: 'CAE=',
+    timeCreated: rfc3339(created),
+    updated: rfc3339(st.mtimeNs),
+    locationType: 'multi-region',
+  };
+}
+
+const REASONS: Record<number, string> = {
+  400: 'invalid',
+  401: 'required',
+  403: 'forbidden',
+  404: 'notFound',
+  405: 'methodNotAllowed',
+  409: 'conflict',
+  410: 'gone',
+  412: 'conditionNotMet',
+  416: 'requestedRangeNotSatisfiable',
+  429: 'rateLimitExceeded',
+  499: 'clientClosedRequest',
+  500: 'internalError',
+  503: 'backendError',
+};
+
+export function errorBody(code: number, message: string, reason = REASONS[code] ?? 'unknown'): Record<string, unknown> {
+  return { error: { code, message, errors: [{ domain: 'global', reason, message }] } };
+}

@@ -1,0 +1,102 @@
+// Request log and counters, so tests and benchmarks can see exactly what a client asked for.
+import type { InjectedFault } from './faults.js';
+
+export type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | 'upload' | 'delete' | 'other';
+
+export interface RequestLogEntry {
+  /** Order of arrival. */
+  seq: number;
+  kind: RequestKind;
+  method: string;
+  bucket: string | null;
+  object: string | null;
+  /** The byte range a media request asked for (resolved against the size), inclusive; null if none. */
+  range: { start: number; end: number } | null;
+  /** 0 if the connection ended before a status was sent. */
+  status: number;
+  injected: InjectedFault | null;
+  /** Milliseconds since the emulator started (performance.now()). */
+  startMs: number;
+  /** When the status line and headers were written; null if they never were. */
+  firstByteMs: number | null;
+  endMs: number;
+  /** Response body bytes written. */
+  bytes: number;
+}
+
+export interface EmulatorStats {
+  requests: Record<'total' | RequestKind, number>;
+  byStatus: Record<string, number>;
+  injected: Record<InjectedFault, number>;
+  /** Body bytes written by media responses. */
+  mediaBytes: number;
+}
+
+const MAX_LOG = 100_000;
+const KINDS: RequestKind[] = ['bucket', 'list', 'metadata', 'media', 'upload', 'delete', 'other'];
+
+export class Stats {
+  private readonly t0 = performance.now();
+  private seq = 0;
+  private log: RequestLogEntry[] = [];
+  private counts = emptyCounts();
+
+  now(): number {
+    return performance.now() - this.t0;
+  }
+
+  begin(kind: RequestKind, method: string, bucket: string | null, object: string | null): RequestLogEntry {
+    return {
+      seq: ++this.seq,
+      kind,
+      method,
+      bucket,
+      object,
+      range: null,
+      status: 0,
+      injected: null,
+      startMs: this.now(),
+      firstByteMs: null,
+      endMs: 0,
+      bytes: 0,
+    };
+  }
+
+  /** Called once per request, when the response is ended or the connection is gone. */
+  finish(e: RequestLogEntry): void {
+    e.endMs = this.now();
+    const c = this.counts;
+    c.requests.total++;
+    c.requests[e.kind]++;
+    c.byStatus[String(e.status)] = (c.byStatus[String(e.status)] ?? 0) + 1;
+    if (e.injected) c.injected[e.injected]++;
+    if (e.kind === 'media') c.mediaBytes += e.bytes;
+    this.log.push(e);
+    // Trim in batches: shifting one entry per request off a 100,000-entry array is quadratic.
+    if (this.log.length > MAX_LOG + MAX_LOG / 10) this.log = this.log.slice(-MAX_LOG);
+  }
+
+  snapshot(): EmulatorStats {
+    const c = this.counts;
+    return { requests: { ...c.requests }, byStatus: { ...c.byStatus }, injected: { ...c.injected }, mediaBytes: c.mediaBytes };
+  }
+
+  /** Completed requests, oldest first by arrival, at most the last 100,000. */
+  entries(): RequestLogEntry[] {
+    return this.log
+      .slice(-MAX_LOG)
+      .map((e) => ({ ...e, range: e.range ? { ...e.range } : null }))
+      .sort((a, b) => a.seq - b.seq);
+  }
+
+  reset(): void {
+    this.log = [];
+    this.counts = emptyCounts();
+  }
+}
+
+function emptyCounts(): EmulatorStats {
+  const requests = { total: 0 } as Record<'total' | RequestKind, number>;
+  for (const k of KINDS) requests[k] = 0;
+  return { requests, byStatus: {}, injected: { '429': 0, '503': 0, reset: 0, short: 0 }, mediaBytes: 0 };
+}

@@ -1,0 +1,362 @@
+// Buckets are folders under the root and objects are files, read afresh on every request so a test
+// can rewrite a file behind the emulator's back. Names a file cannot hold go to a side store.
+import { createHash, randomBytes } from 'node:crypto';
+import type { BigIntStats } from 'node:fs';
+import { promises as fsp } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import { SIDE_DIR, isFileSystemName } from './names.js';
+
+export interface StoredObject {
+  bucket: string;
+  name: string;
+  /** The backing file. */
+  path: string;
+  ino: bigint;
+  size: number;
+  mtimeNs: bigint;
+  /** The mtime in microseconds, as a decimal string. */
+  generation: string;
+}
+
+export interface OpenedObject {
+  obj: StoredObject;
+  fh: FileHandle;
+}
+
+/** What a walk does with a folder: ignore it, list inside it, or report it as one prefix. */
+export type DirDecision = 'skip' | 'descend' | 'collapse';
+
+export interface WalkResult {
+  objects: { name: string; path: string }[];
+  /** Folder prefixes (ending in '/') reported whole because they hold at least one file. */
+  collapsed: string[];
+}
+
+const INDEX = 'index.json';
+
+export class Store {
+  private readonly locks = new Map<string, Promise<void>>();
+  private readonly indexCache = new Map<string, { key: string; names: Set<string> }>();
+
+  constructor(readonly root: string) {}
+
+  bucketDir(bucket: string): string {
+    return path.join(this.root, bucket);
+  }
+
+  async bucketStat(bucket: string): Promise<BigIntStats | null> {
+    const st = await statOrNull(this.bucketDir(bucket));
+    return st && st.isDirectory() ? st : null;
+  }
+
+  async listBuckets(): Promise<string[]> {
+    const ents = await fsp.readdir(this.root, { withFileTypes: true });
+    const out: string[] = [];
+    for (const e of ents) {
+      if (e.name.startsWith('.')) continue;
+      if (e.isDirectory() || (e.isSymbolicLink() && (await statOrNull(path.join(this.root, e.name)))?.isDirectory())) {
+        out.push(e.name);
+      }
+    }
+    return out;
+  }
+
+  async createBucket(bucket: string): Promise<void> {
+    await fsp.mkdir(this.bucketDir(bucket), { recursive: true });
+  }
+
+  async stat(bucket: string, name: string): Promise<StoredObject | null> {
+    const p = await this.locate(bucket, name);
+    return p === null ? null : this.statPath(bucket, name, p);
+  }
+
+  async statPath(bucket: string, name: string, p: string): Promise<StoredObject | null> {
+    const st = await statOrNull(p);
+    return st && st.isFile() ? toObject(bucket, name, p, st) : null;
+  }
+
+  /** Opens the backing file so headers, hashes and body all describe the same version. */
+  async open(bucket: string, name: string): Promise<OpenedObject | null> {
+    const p = await this.locate(bucket, name);
+    return p === null ? null : this.openPath(bucket, name, p);
+  }
+
+  async openPath(bucket: string, name: string, p: string): Promise<OpenedObject | null> {
+    let fh: FileHandle;
+    try {
+      fh = await fsp.open(p, 'r');
+    } catch (e) {
+      if (isMissing(e)) return null;
+      throw e;
+    }
+    try {
+      const st = await fh.stat({ bigint: true });
+      if (!st.isFile()) {
+        await fh.close();
+        return null;
+      }
+      return { obj: toObject(bucket, name, p, st), fh };
+    } catch (e) {
+      await fh.close();
+      throw e;
+    }
+  }
+
+  /** Names held in the side store (read from its index on every call, cached by the index's stat). */
+  async sideNames(bucket: string): Promise<Set<string>> {
+    const p = path.join(this.bucketDir(bucket), SIDE_DIR, INDEX);
+    const st = await statOrNull(p);
+    if (!st) return new Set();
+    const key = `${st.ino}:${st.size}:${st.mtimeNs}`;
+    const cached = this.indexCache.get(p);
+    if (cached && cached.key === key) return cached.names;
+    let names = new Set<string>();
+    try {
+      const parsed: unknown = JSON.parse(await fsp.readFile(p, 'utf8'));
+      if (Array.isArray(parsed)) names = new Set(parsed.filter((n): n is string => typeof n === 'string'));
+    } catch {
+      // A hand-damaged index reads as empty rather than failing every request.
+    }
+    this.indexCache.set(p, { key, names });
+    return names;
+  }
+
+  sidePath(bucket: string, name: string): string {
+    const digest = createHash('sha256').update(name, 'utf8').digest('hex');
+    return path.join(this.bucketDir(bucket), SIDE_DIR, 'objects', digest);
+  }
+
+  /**
+   * Lists the bucket folder. `decide` is asked about every folder (as 'a/b/') so a listing can prune
+   * what its prefix, offsets or page token rule out, which keeps paging through 10,000+ files cheap.
+   */
+  async walk(bucket: string, decide: (dirPrefix: string) => DirDecision, accept: (name: string) => boolean): Promise<WalkResult> {
+    const out: WalkResult = { objects: [], collapsed: [] };
+    const visit = async (abs: string, rel: string, linkTargets: ReadonlySet<string>): Promise<void> => {
+      for (const ent of await readdirOrEmpty(abs)) {
+        if (ent.name.startsWith(SIDE_DIR)) continue;
+        const name = rel + ent.name;
+        const p = path.join(abs, ent.name);
+        const kind = await entryKind(ent, p);
+        if (kind === 'file') {
+          if (accept(name)) out.objects.push({ name, path: p });
+          continue;
+        }
+        if (kind !== 'dir') continue;
+        const targets = await extendLinkTargets(ent, p, linkTargets);
+        if (!targets) continue;
+        const d = decide(name + '/');
+        if (d === 'descend') await visit(p, name + '/', targets);
+        else if (d === 'collapse' && (await hasFile(p, targets))) out.collapsed.push(name + '/');
+      }
+    };
+    await visit(this.bucketDir(bucket), '', new Set());
+    return out;
+  }
+
+  /** A fresh temp path inside the bucket folder: same file system, so the final rename is atomic. */
+  async tempPath(bucket: string): Promise<string> {
+    const dir = path.join(this.bucketDir(bucket), SIDE_DIR, 'tmp');
+    await fsp.mkdir(dir, { recursive: true });
+    return path.join(dir, `${Date.now()}-${randomBytes(8).toString('hex')}`);
+  }
+
+  /**
+   * Moves a fully written temp file into place as `name`. `check` sees the current object (for
+   * preconditions) under the bucket lock, so two racing uploads cannot both pass ifGenerationMatch=0;
+   * whatever it throws aborts the commit and reaches the caller.
+   */
+  async commit(bucket: string, name: string, tmp: string, check: (cur: StoredObject | null) => void): Promise<StoredObject> {
+    return this.withLock(bucket, async () => {
+      const cur = await this.stat(bucket, name);
+      check(cur);
+      await ensureNewer(tmp, cur ? BigInt(cur.generation) : null);
+      const side = await this.sideNames(bucket);
+      const dir = this.bucketDir(bucket);
+      let dest: string;
+      if (isFileSystemName(name) && (await fileSlotFree(dir, name))) {
+        dest = path.join(dir, name);
+        await fsp.mkdir(path.dirname(dest), { recursive: true });
+        await moveInto(tmp, dest);
+        if (side.has(name)) {
+          await this.writeIndex(bucket, [...side].filter((n) => n !== name));
+          await fsp.rm(this.sidePath(bucket, name), { force: true });
+        }
+      } else {
+        dest = this.sidePath(bucket, name);
+        await fsp.mkdir(path.dirname(dest), { recursive: true });
+        await moveInto(tmp, dest);
+        if (!side.has(name)) await this.writeIndex(bucket, [...side, name]);
+      }
+      const obj = await this.statPath(bucket, name, dest);
+      if (!obj) throw new Error(`object vanished right after commit: ${dest}`);
+      return obj;
+    });
+  }
+
+  /** Deletes `name`; returns false if it did not exist. `check` may throw to refuse. */
+  async remove(bucket: string, name: string, check: (cur: StoredObject) => void): Promise<boolean> {
+    return this.withLock(bucket, async () => {
+      const cur = await this.stat(bucket, name);
+      if (!cur) return false;
+      check(cur);
+      await fsp.rm(cur.path, { force: true });
+      const side = await this.sideNames(bucket);
+      if (side.has(name)) {
+        await this.writeIndex(bucket, [...side].filter((n) => n !== name));
+      } else {
+        await pruneEmptyParents(path.dirname(cur.path), this.bucketDir(bucket));
+      }
+      return true;
+    });
+  }
+
+  private async locate(bucket: string, name: string): Promise<string | null> {
+    if ((await this.sideNames(bucket)).has(name)) return this.sidePath(bucket, name);
+    return isFileSystemName(name) ? path.join(this.bucketDir(bucket), name) : null;
+  }
+
+  private async writeIndex(bucket: string, names: string[]): Promise<void> {
+    const p = path.join(this.bucketDir(bucket), SIDE_DIR, INDEX);
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    const tmp = await this.tempPath(bucket);
+    await fsp.writeFile(tmp, JSON.stringify(names));
+    await fsp.rename(tmp, p);
+  }
+
+  private async withLock<T>(bucket: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(bucket) ?? Promise.resolve();
+    let release!: () => void;
+    const mine = new Promise<void>((r) => (release = r));
+    const tail = prev.then(() => mine);
+    this.locks.set(bucket, tail);
+    await prev;
+    try {
+      return await fn();
+    } finally {
+      release();
+      if (this.locks.get(bucket) === tail) this.locks.delete(bucket);
+    }
+  }
+}
+
+function toObject(bucket: string, name: string, p: string, st: BigIntStats): StoredObject {
+  return { bucket, name, path: p, ino: st.ino, size: Number(st.size), mtimeNs: st.mtimeNs, generation: (st.mtimeNs / 1000n).toString() };
+}
+
+/**
+ * Generations must strictly increase on replace, but two writes in the same microsecond (or on a
+ * coarse-timestamp file system) share an mtime. utimes takes double seconds, which only resolve about
+ * a quarter microsecond at today's epoch, hence the margin and the re-check.
+ */
+async function ensureNewer(file: string, oldGeneration: bigint | null): Promise<void> {
+  if (oldGeneration === null) return;
+  let st = await fsp.stat(file, { bigint: true });
+  let step = 2n;
+  while (st.mtimeNs / 1000n <= oldGeneration) {
+    if (step > 100_000_000n) throw new Error(`cannot advance mtime of ${file} past generation ${oldGeneration}`);
+    const secs = Number(oldGeneration + step) / 1e6;
+    await fsp.utimes(file, secs, secs);
+    st = await fsp.stat(file, { bigint: true });
+    step *= 4n;
+  }
+}
+
+/** True when `name` can be a regular file: no parent is a file and the path itself is not a folder. */
+async function fileSlotFree(bucketDir: string, name: string): Promise<boolean> {
+  const parts = name.split('/');
+  let p = bucketDir;
+  for (let i = 0; i < parts.length; i++) {
+    p = path.join(p, parts[i]!);
+    const st = await statOrNull(p);
+    if (!st) return true;
+    if (i < parts.length - 1 ? !st.isDirectory() : !st.isFile()) return false;
+  }
+  return true;
+}
+
+async function moveInto(tmp: string, dest: string): Promise<void> {
+  try {
+    await fsp.rename(tmp, dest);
+  } catch (e) {
+    // A symlinked sub-folder may sit on another file system: copy next to the target, then rename.
+    if ((e as NodeJS.ErrnoException).code !== 'EXDEV') throw e;
+    const near = path.join(path.dirname(dest), `${SIDE_DIR}-tmp-${randomBytes(8).toString('hex')}`);
+    await fsp.copyFile(tmp, near);
+    const st = await fsp.stat(tmp);
+    await fsp.utimes(near, st.atime, st.mtime);
+    await fsp.rename(near, dest);
+    await fsp.rm(tmp, { force: true });
+  }
+}
+
+async function pruneEmptyParents(dir: string, stop: string): Promise<void> {
+  while (dir.startsWith(stop + path.sep)) {
+    try {
+      await fsp.rmdir(dir);
+    } catch {
+      return;
+    }
+    dir = path.dirname(dir);
+  }
+}
+
+type Entry = { name: string; isFile(): boolean; isDirectory(): boolean; isSymbolicLink(): boolean };
+
+async function readdirOrEmpty(dir: string): Promise<Entry[]> {
+  try {
+    return await fsp.readdir(dir, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+}
+
+async function entryKind(ent: Entry, p: string): Promise<'file' | 'dir' | 'other'> {
+  if (ent.isFile()) return 'file';
+  if (ent.isDirectory()) return 'dir';
+  if (!ent.isSymbolicLink()) return 'other';
+  const st = await statOrNull(p);
+  return st?.isFile() ? 'file' : st?.isDirectory() ? 'dir' : 'other';
+}
+
+/** Symlinked folders are followed, but never into one already on the current path (a loop). */
+async function extendLinkTargets(ent: Entry, p: string, targets: ReadonlySet<string>): Promise<ReadonlySet<string> | null> {
+  if (!ent.isSymbolicLink()) return targets;
+  const st = await statOrNull(p);
+  if (!st) return null;
+  const id = `${st.dev}:${st.ino}`;
+  if (targets.has(id)) return null;
+  return new Set([...targets, id]);
+}
+
+async function hasFile(dir: string, targets: ReadonlySet<string>): Promise<boolean> {
+  const ents = await readdirOrEmpty(dir);
+  const dirs: { ent: Entry; p: string }[] = [];
+  for (const ent of ents) {
+    if (ent.name.startsWith(SIDE_DIR)) continue;
+    const p = path.join(dir, ent.name);
+    const kind = await entryKind(ent, p);
+    if (kind === 'file') return true;
+    if (kind === 'dir') dirs.push({ ent, p });
+  }
+  for (const { ent, p } of dirs) {
+    const t = await extendLinkTargets(ent, p, targets);
+    if (t && (await hasFile(p, t))) return true;
+  }
+  return false;
+}
+
+async function statOrNull(p: string): Promise<BigIntStats | null> {
+  try {
+    return await fsp.stat(p, { bigint: true });
+  } catch (e) {
+    if (isMissing(e)) return null;
+    throw e;
+  }
+}
+
+function isMissing(e: unknown): boolean {
+  const code = (e as NodeJS.ErrnoException).code;
+  return code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR' || code === 'ENAMETOOLONG' || code === 'ELOOP';
+}

@@ -1,0 +1,127 @@
+import { constants } from 'node:fs';
+import type { FuseOps, FuseStatfs } from 'fuse-native';
+import { HandleReader, type HandleReaderConfig } from '../blocks/handle-reader.js';
+import type { ObjectClient } from '../gcs/object-client.js';
+import type { Logger } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { Namespace } from '../namespace/namespace.js';
+import { statFor, type AttributePolicy } from './attributes.js';
+import { Errno, errnoFor } from './errno.js';
+import { HandleTable } from './handles.js';
+
+export interface OperationDeps {
+  namespace: Namespace;
+  client: ObjectClient;
+  attributes: AttributePolicy;
+  reader: HandleReaderConfig;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** A bucket has no meaningful capacity; report a large, constant one so `df` and tools that check space are happy. */
+const STATFS: FuseStatfs = {
+  bsize: 4096,
+  frsize: 4096,
+  blocks: 2 ** 40,
+  bfree: 2 ** 40,
+  bavail: 2 ** 40,
+  files: 2 ** 30,
+  ffree: 2 ** 30,
+  favail: 2 ** 30,
+  fsid: 0,
+  flag: 1, // ST_RDONLY
+  namemax: 255,
+};
+
+/** Linux's O_ACCMODE: node:fs does not export it. */
+const O_ACCMODE = 3;
+
+const readOnly = (...args: unknown[]): void => (args.at(-1) as (err: number) => void)(Errno.EROFS);
+
+/** FUSE operations for a read-only mount. Every callback is answered exactly once, errors included. */
+export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: HandleTable } {
+  const { namespace, metrics, log } = deps;
+  const handles = new HandleTable();
+
+  const fail = (op: string, path: string, err: unknown, errno: number): number => {
+    metrics.inc('fuse_errors');
+    if (errno !== Errno.ENOENT) log.warn({ op, path, err: err instanceof Error ? err.message : String(err) }, `${op} failed`);
+    return errno;
+  };
+
+  const ops: FuseOps = {
+    statfs: (_path, cb) => cb(0, STATFS),
+
+    getattr: (path, cb) => {
+      metrics.inc('fuse_getattr');
+      namespace.lookup(path).then(
+        (entry) => (entry ? cb(0, statFor(entry, deps.attributes)) : cb(Errno.ENOENT)),
+        (err) => cb(fail('getattr', path, err, errnoFor(err))),
+      );
+    },
+
+    fgetattr: (path, fd, cb) => {
+      const reader = handles.get(fd);
+      if (!reader) return ops.getattr!(path, cb);
+      // An open file keeps showing the generation it pinned.
+      cb(0, statFor({ kind: 'file', meta: reader.meta }, deps.attributes));
+    },
+
+    readdir: (path, cb) => {
+      metrics.inc('fuse_readdir');
+      namespace.readdir(path).then(
+        (entries) => cb(0, ['.', '..', ...entries.map((e) => e.name)]),
+        (err) => cb(fail('readdir', path, err, errnoFor(err))),
+      );
+    },
+
+    open: (path, flags, cb) => {
+      metrics.inc('fuse_open');
+      if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return cb(Errno.EROFS);
+      namespace.lookup(path).then(
+        (entry) => {
+          if (!entry) return cb(Errno.ENOENT);
+          if (entry.kind === 'dir') return cb(Errno.EISDIR);
+          cb(0, handles.add(new HandleReader(deps.client, entry.meta, deps.reader)));
+        },
+        (err) => cb(fail('open', path, err, errnoFor(err))),
+      );
+    },
+
+    read: (path, fd, buf, len, pos, cb) => {
+      metrics.inc('fuse_read');
+      const reader = handles.get(fd);
+      if (!reader) return cb(Errno.EBADF);
+      // fuse-native detaches `buf` once we answer: fill it before the callback and keep no reference.
+      reader.read(pos, buf.subarray(0, len)).then(
+        (n) => {
+          metrics.inc('fuse_read_bytes', n);
+          cb(n);
+        },
+        (err) => cb(fail('read', path, err, Errno.EIO)),
+      );
+    },
+
+    release: (_path, fd, cb) => {
+      handles.remove(fd);
+      cb(0);
+    },
+
+    write: readOnly,
+    create: readOnly,
+    unlink: readOnly,
+    rename: readOnly,
+    mkdir: readOnly,
+    rmdir: readOnly,
+    truncate: readOnly,
+    ftruncate: readOnly,
+    chmod: readOnly,
+    chown: readOnly,
+    utimens: readOnly,
+    symlink: readOnly,
+    link: readOnly,
+    setxattr: readOnly,
+    removexattr: readOnly,
+  };
+  return { ops, handles };
+}

@@ -1,0 +1,45 @@
+/**
+ * The one narrow interface in front of the object store. fs/, namespace/ and blocks/ know only this; the
+ * HTTP client implements it, and wrappers (metering, fault injection) take one and return one.
+ */
+export interface ObjectMeta {
+  name: string;
+  size: number;
+  /** GCS generation as a decimal string: exceeds 2^53, so never a JS number. */
+  generation: string;
+  metageneration: string;
+  /** Milliseconds since the epoch of the object's last update. */
+  updatedMs: number;
+  /** Base64 of the big-endian CRC32C, as GCS reports it; null when GCS did not send one. */
+  crc32c: string | null;
+}
+
+export interface ListRequest {
+  prefix: string;
+  delimiter?: string;
+  pageToken?: string;
+  maxResults?: number;
+}
+
+export interface ListPage {
+  objects: ObjectMeta[];
+  prefixes: string[];
+  nextPageToken: string | null;
+}
+
+export interface BucketMeta {
+  name: string;
+}
+
+export interface ObjectClient {
+  readonly bucket: string;
+  getBucket(): Promise<BucketMeta>;
+  /** Object metadata, or null when no such object exists. */
+  statObject(name: string): Promise<ObjectMeta | null>;
+  list(req: ListRequest): Promise<ListPage>;
+  /**
+   * Bytes [start, end) of one generation of an object. Resolves with exactly end - start bytes or
+   * rejects; a short body is an error, never a short result.
+   */
+  readRange(name: string, generation: string, start: number, end: number): Promise<Buffer>;
+}

@@ -1,0 +1,112 @@
+import type { ListPage, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import type { OnceLog } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { DirEntry, Entry } from './entry.js';
+import { componentProblem, type NameMapper } from './names.js';
+
+/**
+ * Items in the one list page a lookup asks for. Large enough that the page nearly always reaches the
+ * `name/` prefix; small enough that a lookup never drags a big listing over the wire.
+ */
+const LOOKUP_PAGE = 100;
+
+export interface NamespaceDeps {
+  client: ObjectClient;
+  names: NameMapper;
+  once: OnceLog;
+  metrics: Metrics;
+}
+
+/** Resolves paths to objects and prefixes, the way a user coming from gcsfuse with --implicit-dirs expects. */
+export class Namespace {
+  private readonly inflight = new Map<string, Promise<Entry | null>>();
+
+  constructor(private readonly deps: NamespaceDeps) {}
+
+  /** What `path` is, or null when it does not exist. Concurrent lookups of one path share one request. */
+  lookup(path: string): Promise<Entry | null> {
+    if (path === '/') return Promise.resolve({ kind: 'dir', prefix: this.deps.names.rootPrefix, mtimeMs: null });
+    const pending = this.inflight.get(path);
+    if (pending) return pending;
+    const p = this.resolve(path).finally(() => this.inflight.delete(path));
+    this.inflight.set(path, p);
+    return p;
+  }
+
+  /**
+   * One objects.list with prefix=NAME and delimiter='/' answers both questions at once: the object NAME,
+   * if it exists, is the very first item (no other name with that prefix sorts before it), and the
+   * directory NAME/ shows up among `prefixes` (placeholder or implicit alike). A stat plus a list would
+   * cost two requests for the same answer. Only when the page ends before the point where NAME/ would
+   * sort (many siblings like NAME.0, NAME-1 in between) does a second, one-item list settle it.
+   */
+  private async resolve(path: string): Promise<Entry | null> {
+    const base = path.slice(path.lastIndexOf('/') + 1);
+    if (componentProblem(base) !== null) return null;
+    const name = this.deps.names.objectName(path);
+    const dirPrefix = `${name}/`;
+    const page = await this.deps.client.list({ prefix: name, delimiter: '/', maxResults: LOOKUP_PAGE });
+    const file = page.objects.find((o) => o.name === name) ?? null;
+    let isDir = page.prefixes.includes(dirPrefix);
+    if (!isDir && !pageReaches(page, dirPrefix)) {
+      const more = await this.deps.client.list({ prefix: dirPrefix, delimiter: '/', maxResults: 1 });
+      isDir = more.objects.length > 0 || more.prefixes.length > 0;
+    }
+    if (isDir) {
+      if (file) this.hideConflict(file);
+      return { kind: 'dir', prefix: dirPrefix, mtimeMs: null };
+    }
+    return file ? { kind: 'file', meta: file } : null;
+  }
+
+  /** Every visible entry of the directory at `path`, all pages of it. */
+  async readdir(path: string): Promise<DirEntry[]> {
+    const prefix = this.deps.names.dirPrefix(path);
+    const files = new Map<string, ObjectMeta>();
+    const dirs = new Set<string>();
+    let pageToken: string | undefined;
+    do {
+      const page = await this.deps.client.list({ prefix, delimiter: '/', ...(pageToken ? { pageToken } : {}) });
+      for (const meta of page.objects) {
+        const rel = meta.name.slice(prefix.length);
+        if (rel === '') continue; // the directory's own placeholder object
+        if (this.visible(meta.name, rel)) files.set(rel, meta);
+      }
+      for (const p of page.prefixes) {
+        const rel = p.slice(prefix.length, -1);
+        if (this.visible(p, rel)) dirs.add(rel);
+      }
+      pageToken = page.nextPageToken ?? undefined;
+    } while (pageToken);
+
+    const out: DirEntry[] = [];
+    for (const rel of dirs) out.push({ name: rel, entry: { kind: 'dir', prefix: `${prefix}${rel}/`, mtimeMs: null } });
+    for (const [rel, meta] of files) {
+      if (dirs.has(rel)) this.hideConflict(meta);
+      else out.push({ name: rel, entry: { kind: 'file', meta } });
+    }
+    return out;
+  }
+
+  private visible(objectName: string, rel: string): boolean {
+    const problem = componentProblem(rel);
+    if (problem === null) return true;
+    this.deps.metrics.inc('names_skipped');
+    this.deps.once.warn(`name:${objectName}`, { object: objectName, problem }, 'object name cannot be a path; hidden from the mount');
+    return false;
+  }
+
+  private hideConflict(meta: ObjectMeta): void {
+    this.deps.metrics.inc('names_skipped');
+    this.deps.once.warn(`conflict:${meta.name}`, { object: meta.name }, 'object name is also a directory prefix; the directory is shown and the object hidden');
+  }
+}
+
+/** True when the page shows everything that sorts before `bound` (so its absence from the page is proof). */
+function pageReaches(page: ListPage, bound: string): boolean {
+  if (page.nextPageToken === null) return true;
+  const lastItem = page.objects.at(-1)?.name ?? '';
+  const lastPrefix = page.prefixes.at(-1) ?? '';
+  const last = lastItem > lastPrefix ? lastItem : lastPrefix;
+  return last >= bound;
+}

@@ -1,0 +1,48 @@
+import pino, { type Logger } from 'pino';
+
+export type { Logger };
+
+/** gcsfuse's severities, mapped onto pino levels. OFF silences everything. */
+export const SEVERITIES = ['trace', 'debug', 'info', 'warning', 'error', 'off'] as const;
+export type Severity = (typeof SEVERITIES)[number];
+
+const PINO_LEVEL: Record<Severity, string> = {
+  trace: 'trace',
+  debug: 'debug',
+  info: 'info',
+  warning: 'warn',
+  error: 'error',
+  off: 'silent',
+};
+
+export function severityFrom(text: string): Severity {
+  const s = text.toLowerCase() === 'warn' ? 'warning' : text.toLowerCase();
+  if ((SEVERITIES as readonly string[]).includes(s)) return s as Severity;
+  throw new Error(`unknown log severity "${text}": one of ${SEVERITIES.join(', ')}`);
+}
+
+export interface LoggerConfig {
+  severity: Severity;
+  /** A file to append to; null means stderr. */
+  file: string | null;
+}
+
+export function createLogger(cfg: LoggerConfig): Logger {
+  // Synchronous writes: a daemon that is SIGKILLed should leave its last lines in the log.
+  const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true });
+  return pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, dest);
+}
+
+export const silentLogger: Logger = pino({ level: 'silent' });
+
+/** Logs a condition the first time a key is seen, so a bad object name read a million times costs one line. */
+export class OnceLog {
+  private readonly seen = new Set<string>();
+  constructor(private readonly log: Logger, private readonly limit = 10_000) {}
+
+  warn(key: string, fields: Record<string, unknown>, msg: string): void {
+    if (this.seen.has(key) || this.seen.size >= this.limit) return;
+    this.seen.add(key);
+    this.log.warn(fields, msg);
+  }
+}

@@ -1,0 +1,141 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startEmulator, type Emulator, type EmulatorKnobs } from '../../src/emulator/server.js';
+
+/**
+ * Shared by the FUSE suites. The emulator runs inside the test process, so the test process must never
+ * touch a mount synchronously: the daemon would wait on this event loop for its GCS answer. Everything
+ * that reads the mount runs as a separate process (cat, stat, sha256sum, python).
+ */
+
+export const REPO = fileURLToPath(new URL('../..', import.meta.url));
+export const GCSMOUNT = join(REPO, 'bin/gcsmount');
+
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command without a shell, asynchronously, never throwing on a non-zero exit. */
+export function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; encoding?: 'utf8' } = {}): Promise<RunResult> {
+  return new Promise((done) => {
+    execFile(cmd, args, { env: opts.env ?? process.env, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      done({ code, stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
+
+export async function tempDir(label: string): Promise<string> {
+  return fsp.mkdtemp(join(tmpdir(), `gcsmount-${label}-`));
+}
+
+/** Writes {name: content} as objects of `bucket` under an emulator root (buckets are folders). */
+export async function writeObjects(root: string, bucket: string, objects: Record<string, Buffer | string>): Promise<void> {
+  for (const [name, content] of Object.entries(objects)) {
+    const path = join(root, bucket, name);
+    await fsp.mkdir(join(path, '..'), { recursive: true });
+    await fsp.writeFile(path, content);
+  }
+}
+
+export interface TestBucket {
+  root: string;
+  bucket: string;
+  emulator: Emulator;
+}
+
+export async function startBucket(bucket: string, knobs: Partial<EmulatorKnobs> = {}): Promise<TestBucket> {
+  const root = await tempDir('emu');
+  await fsp.mkdir(join(root, bucket), { recursive: true });
+  const emulator = await startEmulator({ root, port: 0, knobs });
+  return { root, bucket, emulator };
+}
+
+/** The environment a daemon runs with: no Google credentials, no metadata-server probing, no emulator variable. */
+export function daemonEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none', ...extra };
+  delete env.STORAGE_EMULATOR_HOST;
+  delete env.GOOGLE_APPLICATION_CREDENTIALS;
+  return env;
+}
+
+const liveMounts = new Set<string>();
+const liveDaemons = new Set<ChildProcess>();
+
+async function isMounted(path: string): Promise<boolean> {
+  const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+  return text.split('\n').some((l) => l.split(' ')[4] === path);
+}
+
+export interface Mounted {
+  path: string;
+  /** Set when started with `foreground: true`: the daemon process itself. */
+  daemon: ChildProcess | null;
+  logFile: string;
+}
+
+export interface MountRequest {
+  tb: TestBucket;
+  args?: string[];
+  /** Keep the daemon as our child (to SIGKILL it), instead of letting it daemonise. */
+  foreground?: boolean;
+  mountPoint?: string;
+}
+
+/** Mounts through the real CLI against the emulator and waits until the mount answers. */
+export async function mount(req: MountRequest): Promise<Mounted> {
+  const path = req.mountPoint ?? (await tempDir('mnt'));
+  const logFile = join(await tempDir('log'), 'gcsmount.log');
+  const args = [req.tb.bucket, path, '--custom-endpoint', req.tb.emulator.url, '--log-file', logFile, '--log-severity', 'debug', ...(req.args ?? [])];
+  liveMounts.add(path);
+  if (!req.foreground) {
+    const r = await run(GCSMOUNT, args, { env: daemonEnv() });
+    if (r.code !== 0) throw new Error(`gcsmount failed (${r.code}): ${r.stderr}`);
+    return { path, daemon: null, logFile };
+  }
+  const daemon = spawn(GCSMOUNT, [...args, '--foreground'], { env: daemonEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+  liveDaemons.add(daemon);
+  let stderr = '';
+  daemon.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const deadline = Date.now() + 30_000;
+  while (!(await isMounted(path))) {
+    if (daemon.exitCode !== null) throw new Error(`daemon exited ${daemon.exitCode}: ${stderr}`);
+    if (Date.now() > deadline) throw new Error(`mount did not appear: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { path, daemon, logFile };
+}
+
+/** Unmounts (lazily, so a wedged mount cannot hang the suite) and stops any daemon we started. */
+export async function unmount(path: string): Promise<void> {
+  if (await isMounted(path)) await run('fusermount', ['-u', '-z', path]);
+  liveMounts.delete(path);
+}
+
+export async function cleanupAll(): Promise<void> {
+  for (const path of [...liveMounts]) await unmount(path).catch(() => undefined);
+  for (const d of liveDaemons) if (d.exitCode === null) d.kill('SIGKILL');
+  liveDaemons.clear();
+}
+
+export async function sha256Of(path: string): Promise<string> {
+  const r = await run('sha256sum', [path]);
+  if (r.code !== 0) throw new Error(`sha256sum ${path}: ${r.stderr}`);
+  return r.stdout.split(' ')[0]!;
+}
+
+/** Waits until `predicate` holds, polling; for conditions another process brings about. */
+export async function eventually(predicate: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export { isMounted };

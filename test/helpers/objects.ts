@@ -1,0 +1,40 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { TestBucket } from './harness.js';
+
+/** Uploads through the emulator's JSON API: the only way to create names a file system cannot hold. */
+export async function upload(tb: TestBucket, name: string, content: Buffer | string = ''): Promise<void> {
+  const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}`;
+  const res = await fetch(url, { method: 'POST', body: typeof content === 'string' ? content : new Uint8Array(content), headers: { 'content-type': 'application/octet-stream' } });
+  if (!res.ok) throw new Error(`upload ${name}: ${res.status} ${await res.text()}`);
+}
+
+export interface GcsObject {
+  name: string;
+  size: string;
+  generation: string;
+  updated: string;
+}
+
+export async function objectMeta(tb: TestBucket, name: string): Promise<GcsObject> {
+  const res = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`);
+  if (!res.ok) throw new Error(`meta ${name}: ${res.status}`);
+  return (await res.json()) as GcsObject;
+}
+
+/** Deterministic pseudo-random bytes, so a failure reproduces. */
+export function bytes(size: number, seed = 1): Buffer {
+  if (size === 0) return Buffer.alloc(0);
+  const out = Buffer.allocUnsafe(size);
+  let block = createHash('sha256').update(String(seed)).digest();
+  for (let off = 0; off < size; off += block.length) {
+    block.copy(out, off, 0, Math.min(block.length, size - off));
+    block = createHash('sha256').update(block).digest();
+  }
+  return out;
+}
+
+export function sha256(buf: Buffer): string {
+  return createHash('sha256').update(buf).digest('hex');
+}
+
+export { randomBytes };

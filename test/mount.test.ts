@@ -1,0 +1,214 @@
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type Mounted, type TestBucket } from './helpers/harness.js';
+import { bytes, objectMeta, sha256, upload } from './helpers/objects.js';
+
+const MIB = 1024 * 1024;
+
+describe('a read-only mount of a bucket', () => {
+  let tb: TestBucket;
+  let m: Mounted;
+  const sizes = { 'empty.bin': 0, 'one.bin': 1, 'mib-minus.bin': MIB - 1, 'mib-plus.bin': MIB + 1, 'big.bin': 100 * MIB };
+  const content: Record<string, Buffer> = {};
+
+  beforeAll(async () => {
+    tb = await startBucket('data');
+    let seed = 1;
+    for (const [name, size] of Object.entries(sizes)) content[`sizes/${name}`] = bytes(size, seed++);
+    await writeObjects(tb.root, tb.bucket, {
+      ...content,
+      'tree/a.txt': 'a',
+      'tree/implicit/deep/x.txt': 'xx',
+      'tree/implicit/y.txt': 'yyy',
+    });
+    // Placeholder objects and names a file system cannot hold go in through the API.
+    await upload(tb, 'tree/placeholder/');
+    await upload(tb, 'tree/placeholder/p.txt', 'pp');
+    await upload(tb, 'tree/empty-dir/');
+    await upload(tb, 'tree/odd//double');
+    await upload(tb, 'tree/conflict', 'file that is also a prefix');
+    await upload(tb, 'tree/conflict/inner.txt', 'i');
+    await upload(tb, `tree/${'l'.repeat(256)}`, 'too long');
+    await upload(tb, 'tree/dots/../escape', 'dot dot');
+    m = await mount({ tb });
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('returns every byte of files of 0 B, 1 B, 1 MiB - 1, 1 MiB + 1 and 100 MiB', async () => {
+    tb.emulator.resetStats();
+    for (const [name, buf] of Object.entries(content)) {
+      expect(await sha256Of(join(m.path, name)), name).toBe(sha256(buf));
+    }
+    // Whole 4 MiB blocks, not the kernel's 128 KiB reads: 100 MiB is 25 blocks, plus one per small file.
+    const media = tb.emulator.stats().requests.media;
+    expect(media).toBeGreaterThanOrEqual(25 + 3);
+    expect(media).toBeLessThanOrEqual(25 + 3 + 2);
+  });
+
+  it('lists a nested tree of implicit and placeholder directories, hiding names that cannot be paths', async () => {
+    const r = await run('find', [join(m.path, 'tree'), '-printf', '%y %P\n']);
+    expect(r.code).toBe(0);
+    const listed = r.stdout.trim().split('\n').filter((l) => l.trim() !== 'd').sort();
+    expect(listed).toEqual(
+      [
+        'f a.txt',
+        'd conflict',
+        'f conflict/inner.txt',
+        'd dots',
+        'd empty-dir',
+        'd implicit',
+        'd implicit/deep',
+        'f implicit/deep/x.txt',
+        'f implicit/y.txt',
+        'd odd',
+        'd placeholder',
+        'f placeholder/p.txt',
+      ].sort(),
+    );
+    const log = await fsp.readFile(m.logFile, 'utf8');
+    expect(log).toContain('tree/conflict');
+    expect(log).toContain('tree/odd//'); // the hidden prefix that holds odd//double
+  });
+
+  it('shows sizes and modification times as GCS reports them', async () => {
+    for (const name of ['sizes/mib-plus.bin', 'tree/implicit/y.txt', 'tree/placeholder/p.txt']) {
+      const meta = await objectMeta(tb, name);
+      const r = await run('stat', ['-c', '%s %Y %F', join(m.path, name)]);
+      expect(r.stdout.trim()).toBe(`${meta.size} ${Math.floor(Date.parse(meta.updated) / 1000)} regular file`);
+    }
+  });
+
+  it('answers ENOENT for a missing path and EROFS for every write', async () => {
+    const missing = await run('stat', [join(m.path, 'tree/nope.txt')]);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toContain('No such file or directory');
+    const attempts: [string, string[]][] = [
+      ['sh', ['-c', `echo hi > ${join(m.path, 'tree/new.txt')}`]],
+      ['sh', ['-c', `echo hi >> ${join(m.path, 'tree/a.txt')}`]],
+      ['mkdir', [join(m.path, 'tree/newdir')]],
+      ['rm', ['-f', join(m.path, 'tree/a.txt')]],
+      ['mv', [join(m.path, 'tree/a.txt'), join(m.path, 'tree/b.txt')]],
+      ['touch', [join(m.path, 'tree/a.txt')]],
+    ];
+    for (const [cmd, args] of attempts) {
+      const r = await run(cmd, args);
+      expect(r.code, `${cmd} ${args.join(' ')}`).not.toBe(0);
+      expect(r.stderr, `${cmd} ${args.join(' ')}`).toContain('Read-only file system');
+    }
+    expect(await sha256Of(join(m.path, 'tree/a.txt'))).toBe(sha256(Buffer.from('a')));
+  });
+
+  it('lists a directory of 2,500 objects completely when GCS pages at 1,000', async () => {
+    const many: Record<string, string> = {};
+    for (let i = 0; i < 2500; i++) many[`many/f${String(i).padStart(5, '0')}`] = '';
+    await writeObjects(tb.root, tb.bucket, many);
+    tb.emulator.resetStats();
+    const r = await run('ls', ['-1', join(m.path, 'many')]);
+    expect(r.stdout.trim().split('\n')).toEqual(Object.keys(many).map((n) => n.slice('many/'.length)));
+    // Pages of 1,000: three list requests for the listing (the lookup of 'many' itself may add one).
+    expect(tb.emulator.stats().requests.list).toBeLessThanOrEqual(4);
+    expect(tb.emulator.stats().requests.list).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('mount lifecycle and bad input', () => {
+  let tb: TestBucket;
+
+  beforeAll(async () => {
+    tb = await startBucket('life');
+    await writeObjects(tb.root, tb.bucket, { 'sub/dir/file.txt': 'inside only-dir', 'top.txt': 'top' });
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  const gcsmount = (args: string[], env: NodeJS.ProcessEnv = daemonEnv()) => run(GCSMOUNT, args, { env });
+
+  it('refuses bad input with one line and its own exit code', async () => {
+    const dir = await tempDir('bad');
+    const file = join(dir, 'plain-file');
+    await fsp.writeFile(file, '');
+    const home = await tempDir('home'); // no gcloud credentials in here
+    const cases: { args: string[]; env?: NodeJS.ProcessEnv; code: number; message: RegExp }[] = [
+      { args: ['nope', dir, '--custom-endpoint', tb.emulator.url], code: 4, message: /bucket nope does not exist/ },
+      { args: [tb.bucket, join(dir, 'missing'), '--custom-endpoint', tb.emulator.url], code: 3, message: /mountpoint .* does not exist/ },
+      { args: [tb.bucket, file, '--custom-endpoint', tb.emulator.url], code: 3, message: /is not a directory/ },
+      { args: [tb.bucket, dir, '--custom-endpoint', tb.emulator.url, '--metadata-cache-ttl-secs', 'soon'], code: 2, message: /metadata-cache-ttl-secs/ },
+      { args: [tb.bucket, dir, '--no-such-flag'], code: 2, message: /no-such-flag/ },
+      { args: [tb.bucket], code: 2, message: /MOUNTPOINT/i },
+      { args: [tb.bucket, dir], env: daemonEnv({ HOME: home }), code: 5, message: /no Google credentials/ },
+    ];
+    for (const c of cases) {
+      const r = await gcsmount(c.args, c.env);
+      const lines = r.stderr.trim().split('\n');
+      expect(r.code, r.stderr).toBe(c.code);
+      expect(lines, r.stderr).toHaveLength(1);
+      expect(lines[0]).toMatch(/^gcsmount: /);
+      expect(lines[0]).toMatch(c.message);
+    }
+  });
+
+  it('refuses a mountpoint that is already mounted', async () => {
+    const m = await mount({ tb });
+    const r = await gcsmount([tb.bucket, m.path, '--custom-endpoint', tb.emulator.url]);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/already mounted/);
+    await unmount(m.path);
+  });
+
+  it('mounts only a folder with --only-dir', async () => {
+    const m = await mount({ tb, args: ['--only-dir', 'sub'] });
+    expect((await run('ls', [m.path])).stdout.trim()).toBe('dir');
+    expect((await run('cat', [join(m.path, 'dir/file.txt')])).stdout).toBe('inside only-dir');
+    await unmount(m.path);
+  });
+
+  it('cleans up the stale mount of a SIGKILLed daemon on the next start', async () => {
+    const first = await mount({ tb, foreground: true });
+    first.daemon!.kill('SIGKILL');
+    await eventually(async () => first.daemon!.exitCode !== null || first.daemon!.signalCode !== null);
+    const stale = await run('stat', [first.path]);
+    expect(stale.stderr).toMatch(/Transport endpoint is not connected/);
+    const second = await mount({ tb, mountPoint: first.path });
+    expect((await run('cat', [join(second.path, 'top.txt')])).stdout).toBe('top');
+    await unmount(second.path);
+  });
+
+  it('unmounts and exits 0 on SIGTERM in the foreground', async () => {
+    const m = await mount({ tb, foreground: true });
+    const exited = new Promise<number | null>((r) => m.daemon!.on('exit', (code) => r(code)));
+    m.daemon!.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(await isMounted(m.path)).toBe(false);
+  });
+
+  it('stops the daemon when the mount is removed with gcsmount unmount', async () => {
+    const m = await mount({ tb, foreground: true });
+    const exited = new Promise<number | null>((r) => m.daemon!.on('exit', (code) => r(code)));
+    const r = await run(GCSMOUNT, ['unmount', m.path]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await exited).toBe(0);
+  });
+
+  it('does not turn a download slower than fuse-native\'s 15 s op timeout into EIO', async () => {
+    const m = await mount({ tb });
+    // Look the file up first (the kernel keeps the entry for the TTL), so only the read itself is slow.
+    expect((await run('stat', [join(m.path, 'top.txt')])).code).toBe(0);
+    tb.emulator.setKnobs({ latencyMs: 16_000 });
+    try {
+      const r = await run('cat', [join(m.path, 'top.txt')], { timeoutMs: 80_000 });
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toBe('top');
+    } finally {
+      tb.emulator.setKnobs({ latencyMs: 0 });
+      await unmount(m.path);
+    }
+  }, 100_000);
+});

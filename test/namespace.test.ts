@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveEndpoint } from '../src/gcs/endpoint.js';
+import { GcsError } from '../src/gcs/errors.js';
+import { HttpObjectClient } from '../src/gcs/http-client.js';
+import { DEFAULT_RETRY, retryDelay } from '../src/gcs/retry.js';
+import { componentProblem, NameMapper } from '../src/namespace/names.js';
+import { Namespace } from '../src/namespace/namespace.js';
+import { OnceLog, silentLogger } from '../src/observe/logger.js';
+import { Metrics } from '../src/observe/metrics.js';
+import { startBucket, writeObjects, type TestBucket } from './helpers/harness.js';
+import { upload } from './helpers/objects.js';
+
+describe('retry policy', () => {
+  const transient = new GcsError('TRANSIENT', 'x', 503);
+  it('backs off exponentially with full jitter, capped, and gives up on permanent errors or the last attempt', () => {
+    expect(retryDelay(DEFAULT_RETRY, 1, transient, () => 1)).toBe(100);
+    expect(retryDelay(DEFAULT_RETRY, 4, transient, () => 1)).toBe(800);
+    expect(retryDelay(DEFAULT_RETRY, 4, transient, () => 0)).toBe(0);
+    expect(retryDelay({ ...DEFAULT_RETRY, maxAttempts: 99 }, 30, transient, () => 1)).toBe(DEFAULT_RETRY.maxDelayMs);
+    expect(retryDelay(DEFAULT_RETRY, DEFAULT_RETRY.maxAttempts, transient, () => 1)).toBe('give-up');
+    expect(retryDelay(DEFAULT_RETRY, 1, new GcsError('NOT_FOUND', 'x', 404), () => 1)).toBe('give-up');
+    expect(retryDelay(DEFAULT_RETRY, 1, new Error('not ours'), () => 1)).toBe('give-up');
+  });
+  it('waits at least what Retry-After asks, within the cap', () => {
+    expect(retryDelay(DEFAULT_RETRY, 1, new GcsError('TRANSIENT', 'x', 429, 3), () => 0)).toBe(3000);
+    expect(retryDelay({ ...DEFAULT_RETRY, maxDelayMs: 1000 }, 1, new GcsError('TRANSIENT', 'x', 429, 3), () => 0)).toBe(1000);
+  });
+});
+
+describe('endpoint', () => {
+  it('accepts STORAGE_EMULATOR_HOST as host:port, URL, or URL with /storage/v1; the flag wins', () => {
+    expect(resolveEndpoint(undefined, {})).toEqual({ origin: 'https://storage.googleapis.com', custom: false });
+    expect(resolveEndpoint(undefined, { STORAGE_EMULATOR_HOST: '127.0.0.1:9023' }).origin).toBe('http://127.0.0.1:9023');
+    expect(resolveEndpoint(undefined, { STORAGE_EMULATOR_HOST: 'http://127.0.0.1:9023/storage/v1' }).origin).toBe('http://127.0.0.1:9023');
+    expect(resolveEndpoint('http://localhost:1', { STORAGE_EMULATOR_HOST: '127.0.0.1:9023' })).toEqual({ origin: 'http://localhost:1', custom: true });
+    expect(() => resolveEndpoint('ftp://x', {})).toThrow(/only http and https/);
+  });
+});
+
+describe('names', () => {
+  it('rejects components that cannot be paths', () => {
+    expect(componentProblem('ok.txt')).toBeNull();
+    expect(componentProblem('')).toBe('empty');
+    expect(componentProblem('..')).toBe('dot');
+    expect(componentProblem('a\0b')).toBe('nul');
+    expect(componentProblem('é'.repeat(128))).toBe('too-long'); // 256 bytes in UTF-8
+    expect(componentProblem('é'.repeat(127))).toBeNull();
+  });
+  it('maps paths under --only-dir', () => {
+    const n = new NameMapper('/sub/dir/');
+    expect(n.rootPrefix).toBe('sub/dir/');
+    expect(n.objectName('/a/b')).toBe('sub/dir/a/b');
+    expect(n.dirPrefix('/a')).toBe('sub/dir/a/');
+    expect(n.dirPrefix('/')).toBe('sub/dir/');
+  });
+});
+
+describe('namespace lookups against the emulator', () => {
+  let tb: TestBucket;
+  let client: HttpObjectClient;
+  let ns: Namespace;
+
+  beforeAll(async () => {
+    tb = await startBucket('ns');
+    // 150 siblings that sort between "x" and "x/" push the directory past the first lookup page.
+    const siblings: Record<string, string> = { x: 'file x', 'y/inner': 'i' };
+    for (let i = 0; i < 150; i++) siblings[`x.${String(i).padStart(3, '0')}`] = '';
+    await writeObjects(tb.root, tb.bucket, siblings);
+    await upload(tb, 'x/child', 'c'); // x is now both a file and a directory
+    client = new HttpObjectClient({
+      endpoint: { origin: tb.emulator.url, custom: true },
+      bucket: tb.bucket,
+      auth: null,
+      maxConnections: 4,
+      timeoutMs: 10_000,
+      retry: DEFAULT_RETRY,
+      log: silentLogger,
+      metrics: new Metrics(),
+    });
+    ns = new Namespace({ client, names: new NameMapper(null), once: new OnceLog(silentLogger), metrics: new Metrics() });
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await tb?.emulator.close();
+  });
+
+  it('resolves a file in one list request', async () => {
+    tb.emulator.resetStats();
+    const e = await ns.lookup('/x.005');
+    expect(e?.kind).toBe('file');
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 1, list: 1 });
+  });
+
+  it('resolves an implicit directory in one list request', async () => {
+    tb.emulator.resetStats();
+    expect((await ns.lookup('/y'))?.kind).toBe('dir');
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 1, list: 1 });
+  });
+
+  it('finds a directory beyond the first page with one more request, and prefers it over a same-named file', async () => {
+    tb.emulator.resetStats();
+    expect((await ns.lookup('/x'))?.kind).toBe('dir');
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 2, list: 2 });
+  });
+
+  it('answers a missing name with null in one request, and shares one request among concurrent lookups', async () => {
+    tb.emulator.resetStats();
+    const all = await Promise.all(Array.from({ length: 32 }, () => ns.lookup('/missing')));
+    expect(all.every((e) => e === null)).toBe(true);
+    expect(tb.emulator.stats().requests.total).toBe(1);
+  });
+});
