@@ -4,6 +4,7 @@ import { GcsError } from '../src/gcs/errors.js';
 import { HttpObjectClient } from '../src/gcs/http-client.js';
 import { DEFAULT_RETRY, retryDelay } from '../src/gcs/retry.js';
 import { componentProblem, NameMapper } from '../src/namespace/names.js';
+import { MetadataCache } from '../src/namespace/metadata-cache.js';
 import { Namespace } from '../src/namespace/namespace.js';
 import { OnceLog, silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
@@ -77,7 +78,11 @@ describe('namespace lookups against the emulator', () => {
       log: silentLogger,
       metrics: new Metrics(),
     });
-    ns = new Namespace({ client, names: new NameMapper(null), once: new OnceLog(silentLogger), metrics: new Metrics() });
+    const cache = new MetadataCache(
+      { ttl: { kind: 'ms', ms: 60_000 }, negativeTtl: { kind: 'ms', ms: 5_000 }, statBudget: { kind: 'unlimited' }, typeBudget: { kind: 'unlimited' } },
+      new Metrics(),
+    );
+    ns = new Namespace({ client, names: new NameMapper(null), cache, once: new OnceLog(silentLogger), metrics: new Metrics() });
   });
 
   afterAll(async () => {
@@ -104,9 +109,20 @@ describe('namespace lookups against the emulator', () => {
     expect(tb.emulator.stats().requests).toMatchObject({ total: 2, list: 2 });
   });
 
+  it('answers a second lookup, and every entry of a listed directory, from the caches', async () => {
+    tb.emulator.resetStats();
+    expect((await ns.lookup('/x.005'))?.kind).toBe('file');
+    const entries = await ns.readdir('/');
+    expect(entries.length).toBeGreaterThan(150);
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 1, list: 1 });
+    for (const name of ['/x.149', '/y', '/nothing-here']) await ns.lookup(name);
+    expect(await ns.readdir('/')).toBe(entries);
+    expect(tb.emulator.stats().requests.total).toBe(1);
+  });
+
   it('answers a missing name with null in one request, and shares one request among concurrent lookups', async () => {
     tb.emulator.resetStats();
-    const all = await Promise.all(Array.from({ length: 32 }, () => ns.lookup('/missing')));
+    const all = await Promise.all(Array.from({ length: 32 }, () => ns.lookup('/y/missing')));
     expect(all.every((e) => e === null)).toBe(true);
     expect(tb.emulator.stats().requests.total).toBe(1);
   });

@@ -159,14 +159,14 @@ describe('the parameter table', () => {
       'implicit-dirs', 'only-dir', 'foreground', 'key-file', 'anonymous-access', 'custom-endpoint', 'config-file',
       'log-file', 'log-severity', 'log-format', 'o', 'uid', 'gid', 'file-mode', 'dir-mode', 'http-client-timeout',
       'max-conns-per-host', 'max-retry-sleep', 'stat-cache-ttl', 'type-cache-ttl', 'metadata-cache-ttl-secs',
-      'metadata-cache-negative-ttl-secs', 'block-size-mb',
+      'metadata-cache-negative-ttl-secs', 'block-size-mb', 'stat-cache-max-size-mb', 'type-cache-max-size-mb',
     ];
     for (const f of effective) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('effective');
     for (const p of params.filter((p) => p.flag.startsWith('file-cache-') || p.flag === 'cache-dir')) {
       expect(p.effect, p.flag).toBe('planned');
     }
     for (const f of ['prometheus-port', 'enable-buffered-read', 'read-global-max-blocks', 'max-idle-conns-per-host',
-      'whole-object-threshold-mb', 'sequential-read-size-mb', 'stat-cache-max-size-mb', 'type-cache-max-size-mb']) {
+      'whole-object-threshold-mb', 'sequential-read-size-mb']) {
       expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('planned');
     }
     for (const f of ['kernel-list-cache-ttl-secs', 'rename-dir-limit', 'temp-dir', 'app-name', 'billing-project', 'client-protocol', 'token-url',

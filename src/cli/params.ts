@@ -133,7 +133,7 @@ export const PARAMS = [
     default: 33,
     help: 'Memory for cached object metadata, in MiB; -1 = unlimited, 0 = no cache',
     group: 'Metadata cache',
-    effect: 'planned',
+    effect: 'effective',
     min: -1,
   },
   {
@@ -143,7 +143,7 @@ export const PARAMS = [
     default: 4,
     help: 'Memory for cached file/directory types, per directory, in MiB; -1 = unlimited, 0 = no cache',
     group: 'Metadata cache',
-    effect: 'planned',
+    effect: 'effective',
     min: -1,
   },
   {

@@ -7,11 +7,9 @@ export class OptionError extends Error {
   override readonly name = 'OptionError';
 }
 
-/** Metadata-cache style TTL: gcsfuse uses -1 for "never expire" and 0 for "do not cache". */
-export type Ttl = { kind: 'off' } | { kind: 'forever' } | { kind: 'ms'; ms: number };
+import type { SizeLimit, Ttl } from '../units.js';
 
-/** Cache size limit: gcsfuse uses -1 for "no limit" and 0 for "do not cache". */
-export type SizeLimit = { kind: 'off' } | { kind: 'unlimited' } | { kind: 'bytes'; bytes: number };
+export type { SizeLimit, Ttl };
 
 /** gcsfuse's upper bound for *-ttl-secs values (math.MaxInt64 nanoseconds, in whole seconds). */
 export const MAX_TTL_SECS = 9_223_372_036;

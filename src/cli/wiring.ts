@@ -8,7 +8,8 @@ import { OnceLog, type Logger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
 import { NameMapper } from '../namespace/names.js';
 import { Namespace } from '../namespace/namespace.js';
-import { getTtl, metadataCacheTtl, type MountOptions } from './options.js';
+import { getSizeLimit, getTtl, metadataCacheTtl, type MountOptions } from './options.js';
+import { MetadataCache } from '../namespace/metadata-cache.js';
 import type { Ttl } from './values.js';
 import { EXIT, UserError } from './exit.js';
 
@@ -71,7 +72,13 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
 
   const client = new HttpObjectClient(clientConfig);
   const once = new OnceLog(log);
-  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), once, metrics });
+  const ttl = metadataCacheTtl(opts);
+  const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
+  const cache = new MetadataCache(
+    { ttl, negativeTtl, statBudget: getSizeLimit(opts, 'stat-cache-max-size-mb'), typeBudget: getSizeLimit(opts, 'type-cache-max-size-mb') },
+    metrics,
+  );
+  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), cache, once, metrics });
   const { ops } = createOperations({
     namespace,
     client,
@@ -94,8 +101,6 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
     else if (o !== 'ro') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
   }
-  const ttl = metadataCacheTtl(opts);
-  const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
   let mount: FuseMount;
   try {
     mount = await FuseMount.mount(mountPoint, ops, {

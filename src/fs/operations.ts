@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
 import type { FuseOps, FuseStatfs } from 'fuse-native';
 import { HandleReader, type HandleReaderConfig } from '../blocks/handle-reader.js';
+import { isGcsError } from '../gcs/errors.js';
 import type { ObjectClient } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -54,6 +55,8 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
 
     getattr: (path, cb) => {
       metrics.inc('fuse_getattr');
+      const pinned = handles.pinned(path);
+      if (pinned) return cb(0, statFor({ kind: 'file', meta: pinned }, deps.attributes));
       namespace.lookup(path).then(
         (entry) => (entry ? cb(0, statFor(entry, deps.attributes)) : cb(Errno.ENOENT)),
         (err) => cb(fail('getattr', path, err, errnoFor(err))),
@@ -82,7 +85,8 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
         (entry) => {
           if (!entry) return cb(Errno.ENOENT);
           if (entry.kind === 'dir') return cb(Errno.EISDIR);
-          cb(0, handles.add(new HandleReader(deps.client, entry.meta, deps.reader)));
+          const meta = handles.pinned(path) ?? entry.meta;
+          cb(0, handles.add(path, new HandleReader(deps.client, meta, deps.reader)));
         },
         (err) => cb(fail('open', path, err, errnoFor(err))),
       );
@@ -98,7 +102,12 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
           metrics.inc('fuse_read_bytes', n);
           cb(n);
         },
-        (err) => cb(fail('read', path, err, Errno.EIO)),
+        (err) => {
+          // The pinned generation is gone: this open file cannot go on (it must never mix generations),
+          // but the next open should see the object as it is now.
+          if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
+          cb(fail('read', path, err, Errno.EIO));
+        },
       );
     },
 

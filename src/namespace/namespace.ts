@@ -2,6 +2,7 @@ import type { ListPage, ObjectClient, ObjectMeta } from '../gcs/object-client.js
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { DirEntry, Entry } from './entry.js';
+import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
 
 /**
@@ -13,24 +14,31 @@ const LOOKUP_PAGE = 100;
 export interface NamespaceDeps {
   client: ObjectClient;
   names: NameMapper;
+  cache: MetadataCache;
   once: OnceLog;
   metrics: Metrics;
 }
 
 /** Resolves paths to objects and prefixes, the way a user coming from gcsfuse with --implicit-dirs expects. */
 export class Namespace {
-  private readonly inflight = new Map<string, Promise<Entry | null>>();
+  private readonly lookups = new Map<string, Promise<Entry | null>>();
+  private readonly listings = new Map<string, Promise<readonly DirEntry[]>>();
 
   constructor(private readonly deps: NamespaceDeps) {}
 
-  /** What `path` is, or null when it does not exist. Concurrent lookups of one path share one request. */
+  /**
+   * What `path` is, or null when it does not exist: from the caches while their TTLs hold, otherwise from
+   * GCS, with concurrent lookups of one path sharing one request.
+   */
   lookup(path: string): Promise<Entry | null> {
-    if (path === '/') return Promise.resolve({ kind: 'dir', prefix: this.deps.names.rootPrefix, mtimeMs: null });
-    const pending = this.inflight.get(path);
-    if (pending) return pending;
-    const p = this.resolve(path).finally(() => this.inflight.delete(path));
-    this.inflight.set(path, p);
-    return p;
+    if (path === '/') return Promise.resolve({ kind: 'dir', mtimeMs: null });
+    const cached = this.deps.cache.lookup(path, parentOf(path));
+    if (cached !== undefined) return Promise.resolve(cached === 'missing' ? null : cached);
+    return shared(this.lookups, path, async () => {
+      const entry = await this.resolve(path);
+      this.deps.cache.remember(path, entry);
+      return entry;
+    });
   }
 
   /**
@@ -54,13 +62,31 @@ export class Namespace {
     }
     if (isDir) {
       if (file) this.hideConflict(file);
-      return { kind: 'dir', prefix: dirPrefix, mtimeMs: null };
+      return { kind: 'dir', mtimeMs: null };
     }
     return file ? { kind: 'file', meta: file } : null;
   }
 
-  /** Every visible entry of the directory at `path`, all pages of it. */
-  async readdir(path: string): Promise<DirEntry[]> {
+  /**
+   * Called when GCS no longer has the generation the caches named (the object was replaced or deleted
+   * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
+   */
+  forget(path: string): void {
+    this.deps.cache.forget(path, parentOf(path));
+  }
+
+  /** Every visible entry of the directory at `path`: one cached listing, or all pages of it from GCS. */
+  readdir(path: string): Promise<readonly DirEntry[]> {
+    const cached = this.deps.cache.listing(path);
+    if (cached) return Promise.resolve(cached);
+    return shared(this.listings, path, async () => {
+      const entries = await this.list(path);
+      this.deps.cache.rememberListing(path, entries);
+      return entries;
+    });
+  }
+
+  private async list(path: string): Promise<DirEntry[]> {
     const prefix = this.deps.names.dirPrefix(path);
     const files = new Map<string, ObjectMeta>();
     const dirs = new Set<string>();
@@ -80,7 +106,7 @@ export class Namespace {
     } while (pageToken);
 
     const out: DirEntry[] = [];
-    for (const rel of dirs) out.push({ name: rel, entry: { kind: 'dir', prefix: `${prefix}${rel}/`, mtimeMs: null } });
+    for (const rel of dirs) out.push({ name: rel, entry: { kind: 'dir', mtimeMs: null } });
     for (const [rel, meta] of files) {
       if (dirs.has(rel)) this.hideConflict(meta);
       else out.push({ name: rel, entry: { kind: 'file', meta } });
@@ -100,6 +126,20 @@ export class Namespace {
     this.deps.metrics.inc('names_skipped');
     this.deps.once.warn(`conflict:${meta.name}`, { object: meta.name }, 'object name is also a directory prefix; the directory is shown and the object hidden');
   }
+}
+
+function parentOf(path: string): string {
+  const i = path.lastIndexOf('/');
+  return i <= 0 ? '/' : path.slice(0, i);
+}
+
+/** Runs `work` once per key at a time: callers that arrive while it runs get the same promise. */
+function shared<T>(inflight: Map<string, Promise<T>>, key: string, work: () => Promise<T>): Promise<T> {
+  const pending = inflight.get(key);
+  if (pending) return pending;
+  const p = work().finally(() => inflight.delete(key));
+  inflight.set(key, p);
+  return p;
 }
 
 /** True when the page shows everything that sorts before `bound` (so its absence from the page is proof). */

@@ -17,6 +17,12 @@ export const COUNTERS = {
   fuse_read: 'FUSE read operations',
   fuse_read_bytes: 'bytes returned by FUSE reads',
   fuse_errors: 'FUSE operations answered with an error',
+  meta_stat_hits: 'lookups answered by the stat cache',
+  meta_type_hits: 'lookups answered by the type cache (directories)',
+  meta_negative_hits: 'lookups answered by the negative cache',
+  meta_list_hits: 'lookups and readdirs answered by a cached listing',
+  meta_list_misses: 'readdirs that had to list GCS',
+  meta_misses: 'lookups that had to ask GCS',
   names_skipped: 'object names that cannot be paths and were hidden',
 } as const;
 

@@ -1,0 +1,65 @@
+import { execFile } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startEmulator, type Emulator, type EmulatorKnobs } from '../emulator/server.js';
+
+/**
+ * What every benchmark scenario needs: an emulator in this process, a real mount by the real CLI in
+ * another, and commands run as separate processes (this process must never touch the mount itself:
+ * the daemon would wait on this event loop for the emulator's answer).
+ */
+export const GCSMOUNT = fileURLToPath(new URL('../../bin/gcsmount', import.meta.url));
+
+export function sh(cmd: string, args: string[], timeoutMs = 30 * 60_000): Promise<{ stdout: string; stderr: string; code: number }> {
+  return new Promise((done) => {
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) => {
+      done({ stdout: String(stdout), stderr: String(stderr), code: err ? Number((err as { code?: number }).code ?? 1) : 0 });
+    });
+  });
+}
+
+export async function timed<T>(work: () => Promise<T>): Promise<{ seconds: number; result: T }> {
+  const t0 = performance.now();
+  const result = await work();
+  return { seconds: (performance.now() - t0) / 1000, result };
+}
+
+export interface BenchBucket {
+  root: string;
+  bucket: string;
+  emulator: Emulator;
+  dir: string;
+}
+
+export async function benchBucket(bucket: string, knobs: Partial<EmulatorKnobs> = {}): Promise<BenchBucket> {
+  const dir = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-bench-'));
+  const root = join(dir, 'root');
+  await fsp.mkdir(join(root, bucket), { recursive: true });
+  const emulator = await startEmulator({ root, port: 0, knobs });
+  return { root, bucket, emulator, dir };
+}
+
+export async function mountBench(b: BenchBucket, args: string[] = []): Promise<{ path: string; unmount(): Promise<void> }> {
+  const path = join(b.dir, `mnt-${Date.now()}`);
+  await fsp.mkdir(path);
+  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
+  delete env.STORAGE_EMULATOR_HOST;
+  const r = await new Promise<{ code: number; stderr: string }>((done) =>
+    execFile(GCSMOUNT, [b.bucket, path, '--custom-endpoint', b.emulator.url, '--log-file', join(b.dir, 'gcsmount.log'), ...args], { env }, (err, _o, stderr) =>
+      done({ code: err ? 1 : 0, stderr: String(stderr) }),
+    ),
+  );
+  if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
+  return { path, unmount: async () => void (await sh('fusermount', ['-u', '-z', path])) };
+}
+
+export async function cleanup(b: BenchBucket): Promise<void> {
+  await b.emulator.close();
+  await fsp.rm(b.dir, { recursive: true, force: true });
+}
+
+export function machine(): string {
+  return `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown'}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+}

@@ -1,0 +1,29 @@
+import { machine } from './harness.js';
+import { metadataScenario } from './metadata.js';
+
+/** `npm run bench [-- SCENARIO...]`: prints Markdown for bench/RESULTS.md. */
+const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> = {
+  metadata: { title: 'Metadata: find -ls over 10,000 objects in 100 folders, 50 ms latency', run: metadataScenario },
+};
+
+async function main(): Promise<void> {
+  const wanted = process.argv.slice(2);
+  const unknown = wanted.filter((w) => !(w in SCENARIOS));
+  if (unknown.length) {
+    process.stderr.write(`unknown scenario ${unknown.join(', ')}; known: ${Object.keys(SCENARIOS).join(', ')}\n`);
+    process.exit(2);
+  }
+  process.stdout.write(`Machine: ${machine()}; ${new Date().toISOString().slice(0, 10)}\n\n`);
+  for (const name of wanted.length ? wanted : Object.keys(SCENARIOS)) {
+    const s = SCENARIOS[name]!;
+    process.stdout.write(`### ${s.title}\n\nCommand: \`npm run bench -- ${name}\`\n\n${await s.run()}\n\n`);
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: Error) => {
+    process.stderr.write(`bench failed: ${err.message}\n`);
+    process.exit(1);
+  },
+);
