@@ -162,7 +162,8 @@ describe('the parameter table', () => {
       'metadata-cache-negative-ttl-secs', 'block-size-mb', 'stat-cache-max-size-mb', 'type-cache-max-size-mb',
     ];
     for (const f of effective) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('effective');
-    for (const p of params.filter((p) => p.flag.startsWith('file-cache-') || p.flag === 'cache-dir')) {
+    for (const f of ['cache-dir', 'file-cache-max-size-mb']) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('effective');
+    for (const p of params.filter((p) => p.flag.startsWith('file-cache-') && p.flag !== 'file-cache-max-size-mb')) {
       expect(p.effect, p.flag).toBe('planned');
     }
     for (const f of ['prometheus-port', 'enable-buffered-read', 'read-global-max-blocks', 'max-idle-conns-per-host',
@@ -471,11 +472,11 @@ gcsmount:
 describe('notices', () => {
   it('names each ignored, planned or deprecated option the user set', () => {
     const file = yamlFile('file-system:\n  temp-dir: /tmp/x\n');
-    const o = parse('--rename-dir-limit', '100', '--cache-dir', '/c', '--stat-cache-ttl', '10s', '--debug_fuse',
+    const o = parse('--rename-dir-limit', '100', '--prometheus-port', '9100', '--stat-cache-ttl', '10s', '--debug_fuse',
       '--config-file', file, 'b', '/m');
     expect(o.notices).toHaveLength(5);
     expect(o.notices.find((s) => s.startsWith('--rename-dir-limit'))).toMatch(/accepted for gcsfuse compatibility and ignored.*read-only/);
-    expect(o.notices.find((s) => s.startsWith('--cache-dir'))).toMatch(/no effect yet/);
+    expect(o.notices.find((s) => s.startsWith('--prometheus-port'))).toMatch(/no effect yet/);
     expect(o.notices.find((s) => s.startsWith('--stat-cache-ttl'))).toMatch(/deprecated: use --metadata-cache-ttl-secs/);
     expect(o.notices.find((s) => s.startsWith('--debug_fuse'))).toMatch(/ignored.*log-severity trace/);
     expect(o.notices.find((s) => s.includes("'file-system.temp-dir'"))).toMatch(/ignored/);

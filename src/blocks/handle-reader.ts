@@ -1,22 +1,22 @@
-import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
+import type { BlockSource } from './block-source.js';
 
 export interface HandleReaderConfig {
-  blockSize: number;
   /** Blocks kept in memory per open file: the one being read, the one prefetched, and a little slack. */
   keepBlocks: number;
 }
 
 /**
  * Reads one pinned generation of one object for one open file. The kernel asks for at most 128 KiB at a
- * time; fetching whole aligned blocks turns a sequential 100 MiB read into a few dozen range GETs, and
- * prefetching the next block while the reader is sequential overlaps the network with the reader.
+ * time; whole aligned blocks (from the disk cache or one range GET each) are kept in memory while the
+ * reader is in them, and the next block is prefetched while the reader is sequential.
  */
 export class HandleReader {
   private readonly blocks = new Map<number, Promise<Buffer>>();
   private lastEnd = -1;
 
   constructor(
-    private readonly client: ObjectClient,
+    private readonly source: BlockSource,
     readonly meta: ObjectMeta,
     private readonly cfg: HandleReaderConfig,
   ) {}
@@ -25,7 +25,7 @@ export class HandleReader {
   async read(pos: number, into: Buffer): Promise<number> {
     const end = Math.min(this.meta.size, pos + into.length);
     if (pos >= end) return 0;
-    const bs = this.cfg.blockSize;
+    const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     const last = Math.floor((end - 1) / bs);
     const sequential = pos === this.lastEnd;
@@ -51,9 +51,7 @@ export class HandleReader {
   private block(index: number): Promise<Buffer> {
     let p = this.blocks.get(index);
     if (!p) {
-      const start = index * this.cfg.blockSize;
-      const end = Math.min(this.meta.size, start + this.cfg.blockSize);
-      p = this.client.readRange(this.meta.name, this.meta.generation, start, end);
+      p = this.source.get(this.meta, index);
       // A failed fetch must not be remembered: the next read tries again.
       p.catch(() => this.blocks.delete(index));
       this.blocks.set(index, p);

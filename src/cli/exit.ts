@@ -6,6 +6,7 @@ export const EXIT = {
   mountPoint: 3,
   bucket: 4,
   credentials: 5,
+  cacheDir: 6,
 } as const;
 
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];

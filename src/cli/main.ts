@@ -1,10 +1,12 @@
 import { EXIT, UserError } from './exit.js';
+import { runCache } from './cache-command.js';
 import { runMount } from './mount-command.js';
 import { formatHelp } from './options.js';
 import { runUnmount } from './unmount-command.js';
 
 const SUBCOMMANDS: Record<string, (args: string[]) => Promise<number>> = {
   unmount: runUnmount,
+  cache: runCache,
   emulator: async (args) => (await import('../emulator/cli.js')).runEmulatorCli(args),
 };
 

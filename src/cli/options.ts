@@ -457,6 +457,7 @@ function marker(p: Param): string {
 const SUBCOMMANDS: readonly (readonly [string, string])[] = [
   ['gcsmount [flags] BUCKET MOUNTPOINT', 'mount BUCKET read-only at MOUNTPOINT'],
   ['gcsmount unmount MOUNTPOINT', 'unmount and stop the daemon'],
+  ['gcsmount cache info|verify|clear --cache-dir DIR [--json]', 'inspect, check or empty the block cache of a stopped mount'],
   ['gcsmount emulator --root DIR [--port N]', 'serve DIR as a local GCS emulator'],
 ];
 

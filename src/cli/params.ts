@@ -216,7 +216,7 @@ export const PARAMS = [
     default: '',
     help: 'Directory for the on-disk block cache; empty = no disk cache',
     group: 'Block cache',
-    effect: 'planned',
+    effect: 'effective',
     path: true,
   },
   {
@@ -226,7 +226,7 @@ export const PARAMS = [
     default: -1,
     help: 'Maximum size of the disk cache in MiB; -1 = limited only by free space, 0 = no disk cache',
     group: 'Block cache',
-    effect: 'planned',
+    effect: 'effective',
     min: -1,
   },
   {
@@ -260,8 +260,12 @@ export const PARAMS = [
     flag: 'block-size-mb',
     configKey: 'gcsmount.block-size-mb',
     type: 'int',
+    // 4 MiB: at GCS's 50-100 ms to first byte and 50-100 MB/s per connection, a 4 MiB GET spends about as
+    // long moving bytes as waiting, so latency is amortised without making a random reader fetch much it
+    // does not want; typical Zarr chunks (1-16 MiB) are one to four blocks; 20 TB of cache is ~5 million
+    // index rows, small for SQLite; and 5,000 requests/s per bucket still carry ~20 GB/s.
     default: 4,
-    help: 'gcsmount: size of a cached block in MiB',
+    help: 'gcsmount: size of a cached block (and of one range GET) in MiB',
     group: 'Block cache',
     effect: 'effective',
     min: 1,

@@ -1,3 +1,7 @@
+import { mkdirSync } from 'node:fs';
+import { BlockSource } from '../blocks/block-source.js';
+import { IndexLockedError } from '../blocks/block-index.js';
+import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
 import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
@@ -70,7 +74,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     await probe.close();
   }
 
+  const disk = openDiskCache(opts, log, metrics);
   const client = new HttpObjectClient(clientConfig);
+  const blocks = new BlockSource({ client, disk, blockSize: v['block-size-mb'] * MIB, log, metrics });
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
   const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
@@ -81,7 +87,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), cache, once, metrics });
   const { ops } = createOperations({
     namespace,
-    client,
+    blocks,
     attributes: {
       uid: v.uid >= 0 ? v.uid : process.getuid!(),
       gid: v.gid >= 0 ? v.gid : process.getgid!(),
@@ -89,7 +95,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       dirMode: v['dir-mode'],
       mountTimeMs: Date.now(),
     },
-    reader: { blockSize: v['block-size-mb'] * MIB, keepBlocks: 4 },
+    reader: { keepBlocks: 4 },
     log,
     metrics,
   });
@@ -112,6 +118,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       extra,
     });
   } catch (err) {
+    disk?.close();
     await client.close();
     throw err;
   }
@@ -120,7 +127,28 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     metrics,
     async stop() {
       await mount.unmount();
+      disk?.close();
       await client.close();
+      log.info({ metrics: metrics.snapshot() }, 'final counters');
     },
   };
+}
+
+/**
+ * The block cache on disk, when --cache-dir is given and --file-cache-max-size-mb is not 0. Problems a
+ * user can fix (a directory that cannot be made or written, one another daemon holds) stop the mount
+ * with one line; later trouble (a full disk) only turns the cache off for a while.
+ */
+function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskCache | null {
+  const dir = opts.values['cache-dir'];
+  const limit = getSizeLimit(opts, 'file-cache-max-size-mb');
+  if (!dir || limit.kind === 'off') return null;
+  try {
+    mkdirSync(dir, { recursive: true });
+    return DiskCache.open({ dir, limit, ...DEFAULT_DISK_CACHE }, log, metrics);
+  } catch (err) {
+    if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new UserError(`cache dir ${dir} cannot be used: ${code ?? (err as Error).message}`, EXIT.cacheDir);
+  }
 }

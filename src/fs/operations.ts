@@ -1,8 +1,8 @@
 import { constants } from 'node:fs';
 import type { FuseOps, FuseStatfs } from 'fuse-native';
+import type { BlockSource } from '../blocks/block-source.js';
 import { HandleReader, type HandleReaderConfig } from '../blocks/handle-reader.js';
 import { isGcsError } from '../gcs/errors.js';
-import type { ObjectClient } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Namespace } from '../namespace/namespace.js';
@@ -12,7 +12,7 @@ import { HandleTable } from './handles.js';
 
 export interface OperationDeps {
   namespace: Namespace;
-  client: ObjectClient;
+  blocks: BlockSource;
   attributes: AttributePolicy;
   reader: HandleReaderConfig;
   log: Logger;
@@ -43,6 +43,7 @@ const readOnly = (...args: unknown[]): void => (args.at(-1) as (err: number) => 
 export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: HandleTable } {
   const { namespace, metrics, log } = deps;
   const handles = new HandleTable();
+  metrics.setGauge('open_files', () => handles.size);
 
   const fail = (op: string, path: string, err: unknown, errno: number): number => {
     metrics.inc('fuse_errors');
@@ -86,7 +87,7 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
           if (!entry) return cb(Errno.ENOENT);
           if (entry.kind === 'dir') return cb(Errno.EISDIR);
           const meta = handles.pinned(path) ?? entry.meta;
-          cb(0, handles.add(path, new HandleReader(deps.client, meta, deps.reader)));
+          cb(0, handles.add(path, new HandleReader(deps.blocks, meta, deps.reader)));
         },
         (err) => cb(fail('open', path, err, errnoFor(err))),
       );

@@ -1,5 +1,5 @@
 /**
- * The catalogue of counters, in one place. Every layer counts through this; `gcsmount stats` and (later)
+ * The catalogue of metrics, in one place. Every layer counts through this; `gcsmount stats` and
  * Prometheus read snapshots of it. Counting is an object-property increment: cheap when nobody looks.
  */
 export const COUNTERS = {
@@ -24,12 +24,42 @@ export const COUNTERS = {
   meta_list_misses: 'readdirs that had to list GCS',
   meta_misses: 'lookups that had to ask GCS',
   names_skipped: 'object names that cannot be paths and were hidden',
+  block_cache_hits: 'blocks served from the disk cache',
+  block_cache_hit_bytes: 'bytes of blocks served from the disk cache',
+  block_cache_misses: 'blocks not in the disk cache (fetched from GCS)',
+  block_fetches: 'blocks downloaded from GCS',
+  block_fetch_bytes: 'bytes of blocks downloaded from GCS',
+  block_shared_waits: 'block reads that joined a download already in flight',
+  block_cache_evictions: 'blocks evicted from the disk cache',
+  block_cache_evicted_bytes: 'bytes evicted from the disk cache',
+  block_cache_corrupt: 'cached blocks dropped for failing their CRC32C',
+  block_cache_short: 'cached blocks dropped for being shorter than indexed',
+  block_cache_missing: 'cached blocks dropped because their file was gone',
+  block_cache_write_errors: 'blocks that could not be written to the disk cache',
+  object_crc_mismatches: 'whole-object downloads that failed the object CRC32C',
+} as const;
+
+/** Values read when a snapshot is taken, not counted. */
+export const GAUGES = {
+  block_cache_bytes: 'bytes held in the disk cache',
+  block_cache_blocks: 'blocks held in the disk cache',
+  block_cache_limit_bytes: 'the disk cache budget (-1: unlimited)',
+  downloads_in_flight: 'block downloads in progress',
+  open_files: 'files open through the mount',
 } as const;
 
 export type CounterName = keyof typeof COUNTERS;
+export type GaugeName = keyof typeof GAUGES;
+
+export interface MetricsSnapshot {
+  uptimeSeconds: number;
+  counters: Record<CounterName, number>;
+  gauges: Partial<Record<GaugeName, number>>;
+}
 
 export class Metrics {
   private readonly values: Record<CounterName, number>;
+  private readonly gauges = new Map<GaugeName, () => number>();
   private readonly startedAt = Date.now();
 
   constructor() {
@@ -44,7 +74,14 @@ export class Metrics {
     return this.values[name];
   }
 
-  snapshot(): { uptimeSeconds: number; counters: Record<CounterName, number> } {
-    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters: { ...this.values } };
+  /** Registers how to read a gauge; the component that owns the value owns the reading. */
+  setGauge(name: GaugeName, read: () => number): void {
+    this.gauges.set(name, read);
+  }
+
+  snapshot(): MetricsSnapshot {
+    const gauges: Partial<Record<GaugeName, number>> = {};
+    for (const [name, read] of this.gauges) gauges[name] = read();
+    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters: { ...this.values }, gauges };
   }
 }

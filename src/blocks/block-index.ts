@@ -1,0 +1,223 @@
+import Database from 'better-sqlite3';
+import { renameSync } from 'node:fs';
+
+/** One cached block as the index knows it. `key` also names the block's file. */
+export interface BlockRow {
+  key: string;
+  bucket: string;
+  object: string;
+  generation: string;
+  block: number;
+  size: number;
+  crc32c: number;
+  lastAccess: number;
+}
+
+export class IndexLockedError extends Error {
+  override readonly name = 'IndexLockedError';
+}
+
+/**
+ * The version is part of the table name (and of the block folder): a format change starts a fresh
+ * cache instead of misreading an old one.
+ */
+const TABLE = 'blocks_v1';
+
+const SCHEMA = `
+  CREATE TABLE IF NOT EXISTS ${TABLE} (
+    key TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    object TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    block INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    crc32c INTEGER NOT NULL,
+    last_access INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  CREATE INDEX IF NOT EXISTS ${TABLE}_lru ON ${TABLE}(last_access);
+  CREATE TABLE IF NOT EXISTS settings (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+`;
+
+/**
+ * The SQLite index of the block cache. better-sqlite3 is synchronous, so every statement here is
+ * prepared once and small; access times are batched in memory and written in one transaction, never one
+ * write per read. The connection holds an exclusive lock for its whole life: a second daemon (or a
+ * `cache clear`) on the same directory is refused, and a SIGKILLed holder releases it with its process.
+ */
+export class BlockIndex {
+  private readonly db: Database.Database;
+  private readonly pendingAccess = new Map<string, number>();
+  private readonly stmt;
+  /** True when the previous owner did not close cleanly: its files and rows may disagree. */
+  readonly wasDirty: boolean;
+  /** Set when the index file was unreadable and has been replaced by an empty one. */
+  readonly rebuiltFrom: string | null;
+
+  private constructor(db: Database.Database, rebuiltFrom: string | null) {
+    this.db = db;
+    this.rebuiltFrom = rebuiltFrom;
+    db.exec(SCHEMA);
+    this.stmt = {
+      get: db.prepare<[string], Record<string, unknown>>(`SELECT * FROM ${TABLE} WHERE key = ?`),
+      has: db.prepare<[string], { one: number }>(`SELECT 1 AS one FROM ${TABLE} WHERE key = ?`),
+      put: db.prepare(
+        `INSERT OR REPLACE INTO ${TABLE} (key, bucket, object, generation, block, size, crc32c, last_access) VALUES (@key, @bucket, @object, @generation, @block, @size, @crc32c, @lastAccess)`,
+      ),
+      delete: db.prepare<[string]>(`DELETE FROM ${TABLE} WHERE key = ?`),
+      touch: db.prepare<[number, string]>(`UPDATE ${TABLE} SET last_access = ? WHERE key = ?`),
+      oldest: db.prepare<[number, number], { key: string; size: number }>(`SELECT key, size FROM ${TABLE} ORDER BY last_access LIMIT ? OFFSET ?`),
+      totals: db.prepare<[], { bytes: number; blocks: number }>(`SELECT COALESCE(SUM(size), 0) AS bytes, COUNT(*) AS blocks FROM ${TABLE}`),
+      objects: db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM (SELECT DISTINCT bucket, object, generation FROM ${TABLE})`),
+      all: db.prepare<[], Record<string, unknown>>(`SELECT * FROM ${TABLE}`),
+      keys: db.prepare<[], { key: string }>(`SELECT key FROM ${TABLE}`),
+      getSetting: db.prepare<[string], { v: string }>(`SELECT v FROM settings WHERE k = ?`),
+      setSetting: db.prepare<[string, string]>(`INSERT OR REPLACE INTO settings (k, v) VALUES (?, ?)`),
+      clear: db.prepare(`DELETE FROM ${TABLE}`),
+    };
+    this.wasDirty = this.setting('clean') !== '1';
+    this.setSetting('clean', '0');
+  }
+
+  /**
+   * Opens (creating) the index at `path` and takes its lock. An index that SQLite cannot read is moved
+   * aside and replaced by an empty one: the cache is a cache, and losing it must not stop a mount.
+   */
+  static open(path: string): BlockIndex {
+    try {
+      return new BlockIndex(BlockIndex.connect(path), null);
+    } catch (err) {
+      if (err instanceof IndexLockedError) throw err;
+      const code = (err as { code?: string }).code ?? '';
+      if (!/^SQLITE_(NOTADB|CORRUPT)/.test(code)) throw err;
+      const aside = `${path}.corrupt-${Date.now()}`;
+      renameSync(path, aside);
+      for (const suffix of ['-wal', '-shm']) {
+        try {
+          renameSync(`${path}${suffix}`, `${aside}${suffix}`);
+        } catch {
+          // Not every index has them.
+        }
+      }
+      return new BlockIndex(BlockIndex.connect(path), aside);
+    }
+  }
+
+  private static connect(path: string): Database.Database {
+    // timeout 0: a locked index is reported at once, not after a silent five-second wait.
+    const db = new Database(path, { timeout: 0 });
+    try {
+      db.pragma('locking_mode = EXCLUSIVE');
+      db.pragma('journal_mode = WAL');
+      // A crash may lose the last transactions, never corrupt the file; each block is checked anyway.
+      db.pragma('synchronous = NORMAL');
+      db.exec('BEGIN EXCLUSIVE; COMMIT;');
+    } catch (err) {
+      db.close();
+      if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
+      throw err;
+    }
+    return db;
+  }
+
+  get(key: string): BlockRow | undefined {
+    const r = this.stmt.get.get(key);
+    return r ? toRow(r) : undefined;
+  }
+
+  has(key: string): boolean {
+    return this.stmt.has.get(key) !== undefined;
+  }
+
+  put(row: BlockRow): void {
+    this.stmt.put.run(row);
+    this.pendingAccess.delete(row.key);
+  }
+
+  delete(keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    this.db.transaction(() => {
+      for (const k of keys) this.stmt.delete.run(k);
+    })();
+    for (const k of keys) this.pendingAccess.delete(k);
+  }
+
+  /** Records an access in memory; `flushAccess` writes the batch. */
+  touch(key: string, now: number): void {
+    this.pendingAccess.set(key, now);
+  }
+
+  get pendingAccessCount(): number {
+    return this.pendingAccess.size;
+  }
+
+  flushAccess(): void {
+    if (this.pendingAccess.size === 0) return;
+    const batch = [...this.pendingAccess];
+    this.pendingAccess.clear();
+    this.db.transaction(() => {
+      for (const [key, at] of batch) this.stmt.touch.run(at, key);
+    })();
+  }
+
+  /** Least recently used first; `offset` skips rows the caller could not evict (a reader holds them). */
+  oldest(limit: number, offset = 0): { key: string; size: number }[] {
+    this.flushAccess();
+    return this.stmt.oldest.all(limit, offset);
+  }
+
+  totals(): { bytes: number; blocks: number; objects: number } {
+    const t = this.stmt.totals.get()!;
+    return { ...t, objects: this.stmt.objects.get()!.n };
+  }
+
+  *rows(): IterableIterator<BlockRow> {
+    for (const r of this.stmt.all.iterate()) yield toRow(r);
+  }
+
+  *keys(): IterableIterator<string> {
+    for (const r of this.stmt.keys.iterate()) yield r.key;
+  }
+
+  clear(): void {
+    this.stmt.clear.run();
+    this.pendingAccess.clear();
+  }
+
+  setting(k: string): string | undefined {
+    return this.stmt.getSetting.get(k)?.v;
+  }
+
+  setSetting(k: string, v: string): void {
+    this.stmt.setSetting.run(k, v);
+  }
+
+  /** Bulk insert for reconciliation and benchmarks: one transaction. */
+  putMany(rows: readonly BlockRow[]): void {
+    this.db.transaction(() => {
+      for (const r of rows) this.stmt.put.run(r);
+    })();
+  }
+
+  /**
+   * Writes what is pending and lets go of the lock. `clean` says files and rows agree (so the next start
+   * may skip reconciliation); an owner that did not finish reconciling must not claim it.
+   */
+  close(clean: boolean): void {
+    this.flushAccess();
+    if (clean) this.setSetting('clean', '1');
+    this.db.close();
+  }
+}
+
+function toRow(r: Record<string, unknown>): BlockRow {
+  return {
+    key: r.key as string,
+    bucket: r.bucket as string,
+    object: r.object as string,
+    generation: r.generation as string,
+    block: r.block as number,
+    size: r.size as number,
+    crc32c: r.crc32c as number,
+    lastAccess: r.last_access as number,
+  };
+}

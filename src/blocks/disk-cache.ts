@@ -1,0 +1,308 @@
+import { crc32c } from '@node-rs/crc32';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, promises as fsp, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { SizeLimit } from '../units.js';
+import { BlockIndex, type BlockRow } from './block-index.js';
+
+/** Which block of which generation of which object. */
+export interface BlockKey {
+  bucket: string;
+  object: string;
+  generation: string;
+  block: number;
+}
+
+export interface DiskCacheConfig {
+  dir: string;
+  limit: SizeLimit;
+  /** Once over the limit, evict down to this fraction of it, so eviction runs in batches, not per write. */
+  lowWatermark: number;
+  /** How often batched access times reach SQLite. */
+  accessFlushMs: number;
+}
+
+export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = { lowWatermark: 0.9, accessFlushMs: 5_000 };
+
+/** The layout version is in the folder name, like the table name: a new format starts a new cache. */
+const BLOCKS = 'blocks-v1';
+
+export function blockFileKey(k: BlockKey): string {
+  return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.block}`).digest('hex').slice(0, 32);
+}
+
+type Health = 'ok' | 'full' | 'unwritable';
+
+/**
+ * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
+ * missing, short or fails its CRC32C is dropped and reported as a miss (and counted); a write that fails
+ * leaves the read to be served from GCS, with the condition logged once and shown in stats.
+ */
+export class DiskCache {
+  private readonly index: BlockIndex;
+  private readonly limitBytes: number;
+  private bytes: number;
+  private blocks: number;
+  /** Blocks a reader is between lookup and read of: eviction leaves them alone. */
+  private readonly pinned = new Map<string, number>();
+  private readonly madeDirs = new Set<string>();
+  private readonly flushTimer: NodeJS.Timeout;
+  private health: Health = 'ok';
+  /** Resolves once files and rows are known to agree (at once, after a clean stop). */
+  ready: Promise<void> = Promise.resolve();
+  private reconciled = true;
+  private fullSince = 0;
+  private closed = false;
+
+  private constructor(
+    private readonly cfg: DiskCacheConfig,
+    private readonly log: Logger,
+    private readonly metrics: Metrics,
+  ) {
+    mkdirSync(join(cfg.dir, BLOCKS), { recursive: true });
+    // Temporary files are only ever half-written blocks of a process that is gone.
+    rmSync(join(cfg.dir, 'tmp'), { recursive: true, force: true });
+    mkdirSync(join(cfg.dir, 'tmp'));
+    this.index = BlockIndex.open(join(cfg.dir, 'index.sqlite'));
+    if (this.index.rebuiltFrom) log.warn({ aside: this.index.rebuiltFrom }, 'block cache index was unreadable; moved aside and started empty');
+    const t = this.index.totals();
+    this.bytes = t.bytes;
+    this.blocks = t.blocks;
+    this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
+    this.flushTimer = setInterval(() => this.index.flushAccess(), cfg.accessFlushMs);
+    this.flushTimer.unref();
+    metrics.setGauge('block_cache_bytes', () => this.bytes);
+    metrics.setGauge('block_cache_blocks', () => this.blocks);
+    metrics.setGauge('block_cache_limit_bytes', () => (Number.isFinite(this.limitBytes) ? this.limitBytes : -1));
+  }
+
+  /** Opens the cache in `cfg.dir` (which must exist), reconciling it in the background if it was not closed cleanly. */
+  static open(cfg: DiskCacheConfig, log: Logger, metrics: Metrics): DiskCache {
+    const cache = new DiskCache(cfg, log, metrics);
+    if (cache.index.wasDirty || cache.index.rebuiltFrom) {
+      // In the background: the mount serves reads meanwhile (a row without a file reads as a miss).
+      const started = Date.now();
+      cache.reconciled = false;
+      cache.ready = cache.reconcile(started).then(
+        (r) => {
+          cache.reconciled = true;
+          log.info({ ...r, ms: Date.now() - started }, 'block cache reconciled after an unclean stop');
+        },
+        (err: Error) => log.warn({ err: err.message }, 'block cache reconciliation failed'),
+      );
+    }
+    return cache;
+  }
+
+  get state(): Health {
+    return this.health;
+  }
+
+  private path(key: string): string {
+    return join(this.cfg.dir, BLOCKS, key.slice(0, 2), key);
+  }
+
+  /** The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses. */
+  async read(k: BlockKey): Promise<Buffer | null> {
+    const key = blockFileKey(k);
+    const row = this.index.get(key);
+    if (!row) return null;
+    this.pin(key);
+    try {
+      let data: Buffer;
+      try {
+        data = await fsp.readFile(this.path(key));
+      } catch (err) {
+        this.drop(row, 'block_cache_missing', `block file unreadable: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+        return null;
+      }
+      if (data.length !== row.size) {
+        this.drop(row, 'block_cache_short', `block file holds ${data.length} of ${row.size} bytes`);
+        return null;
+      }
+      if (crc32c(data) !== row.crc32c) {
+        this.drop(row, 'block_cache_corrupt', 'block file fails its CRC32C');
+        return null;
+      }
+      this.index.touch(key, Date.now());
+      return data;
+    } finally {
+      this.unpin(key);
+    }
+  }
+
+  /**
+   * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
+   * file without a row (removed by reconciliation) and never a row that names a half-written file.
+   */
+  async write(k: BlockKey, data: Buffer): Promise<void> {
+    if (this.closed || this.health === 'unwritable' || data.length > this.limitBytes) return;
+    if (this.health === 'full' && Date.now() - this.fullSince < 30_000) return;
+    const key = blockFileKey(k);
+    if (this.index.has(key)) return;
+    // Reserve the space before the first await, so concurrent writers cannot overshoot the budget together.
+    this.makeRoom(data.length);
+    this.bytes += data.length;
+    this.blocks += 1;
+    const tmp = join(this.cfg.dir, 'tmp', `${key}.${randomBytes(4).toString('hex')}`);
+    try {
+      await fsp.writeFile(tmp, data);
+      const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
+      if (!this.madeDirs.has(dir)) {
+        await fsp.mkdir(dir, { recursive: true });
+        this.madeDirs.add(dir);
+      }
+      await fsp.rename(tmp, this.path(key));
+      if (this.closed) throw new Error('closed');
+      this.index.put({ key, ...k, size: data.length, crc32c: crc32c(data), lastAccess: Date.now() });
+      if (this.health === 'full') this.recovered();
+    } catch (err) {
+      this.bytes -= data.length;
+      this.blocks -= 1;
+      await fsp.rm(tmp, { force: true }).catch(() => undefined);
+      if (!this.closed) this.writeFailed(err as NodeJS.ErrnoException);
+    }
+  }
+
+  private writeFailed(err: NodeJS.ErrnoException): void {
+    this.metrics.inc('block_cache_write_errors');
+    if (err.code === 'ENOSPC' || err.code === 'EDQUOT') {
+      if (this.health !== 'full') this.log.warn({ dir: this.cfg.dir, code: err.code }, 'block cache disk is full: reads go straight to GCS until space frees up');
+      this.health = 'full';
+      this.fullSince = Date.now();
+      // Make the next attempt likely to fit: give back a slice of what we hold.
+      this.evictDownTo(this.bytes * this.cfg.lowWatermark);
+    } else if (this.health === 'ok') {
+      this.log.warn({ dir: this.cfg.dir, code: err.code, err: err.message }, 'block cache directory is not writable: caching stops, reads go straight to GCS');
+      this.health = 'unwritable';
+    }
+  }
+
+  private recovered(): void {
+    this.health = 'ok';
+    this.log.info({ dir: this.cfg.dir }, 'block cache disk has room again');
+  }
+
+  private makeRoom(incoming: number): void {
+    if (this.bytes + incoming <= this.limitBytes) return;
+    this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
+  }
+
+  /** Evicts least recently used blocks, skipping pinned ones, until at most `target` bytes remain. */
+  private evictDownTo(target: number): void {
+    let offset = 0;
+    while (this.bytes > target) {
+      const batch = this.index.oldest(256, offset);
+      if (batch.length === 0) return;
+      const victims: string[] = [];
+      for (const { key, size } of batch) {
+        if (this.bytes <= target) break;
+        if (this.pinned.has(key)) {
+          offset++;
+          continue;
+        }
+        victims.push(key);
+        this.bytes -= size;
+        this.blocks -= 1;
+        this.metrics.inc('block_cache_evictions');
+        this.metrics.inc('block_cache_evicted_bytes', size);
+      }
+      this.index.delete(victims);
+      // The file goes after the row; a reader that already opened it keeps reading (Linux unlink semantics).
+      for (const key of victims) void fsp.rm(this.path(key), { force: true }).catch(() => undefined);
+    }
+  }
+
+  private drop(row: BlockRow, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
+    this.metrics.inc(counter);
+    this.log.warn({ object: row.object, generation: row.generation, block: row.block, why }, 'dropping a damaged cached block; it will be fetched again');
+    this.index.delete([row.key]);
+    this.bytes -= row.size;
+    this.blocks -= 1;
+    void fsp.rm(this.path(row.key), { force: true }).catch(() => undefined);
+  }
+
+  private pin(key: string): void {
+    this.pinned.set(key, (this.pinned.get(key) ?? 0) + 1);
+  }
+
+  private unpin(key: string): void {
+    const n = (this.pinned.get(key) ?? 1) - 1;
+    if (n === 0) this.pinned.delete(key);
+    else this.pinned.set(key, n);
+  }
+
+  /**
+   * After an unclean stop: rows whose file is gone are dropped, and files no row names (written, not yet
+   * indexed, when the process died) are deleted. Files newer than `startedAt` belong to this run.
+   */
+  async reconcile(startedAt: number): Promise<{ droppedRows: number; deletedFiles: number }> {
+    let droppedRows = 0;
+    let deletedFiles = 0;
+    const root = join(this.cfg.dir, BLOCKS);
+    const onDisk = new Set<string>();
+    for (const fan of await fsp.readdir(root).catch(() => [] as string[])) {
+      if (this.closed) throw new Error('closed before reconciliation finished');
+      for (const name of await fsp.readdir(join(root, fan)).catch(() => [] as string[])) {
+        if (this.index.has(name)) {
+          onDisk.add(name);
+          continue;
+        }
+        const p = join(root, fan, name);
+        const st = await fsp.stat(p).catch(() => null);
+        if (st && st.mtimeMs < startedAt) {
+          await fsp.rm(p, { force: true });
+          deletedFiles++;
+        }
+      }
+      await new Promise((r) => setImmediate(r)); // let FUSE requests through between folders
+    }
+    if (this.closed) throw new Error('closed before reconciliation finished');
+    const missing: BlockRow[] = [];
+    for (const row of this.index.rows()) if (!onDisk.has(row.key) && row.lastAccess < startedAt) missing.push(row);
+    for (const row of missing) {
+      if (this.index.has(row.key)) {
+        this.index.delete([row.key]);
+        this.bytes -= row.size;
+        this.blocks -= 1;
+        droppedRows++;
+      }
+    }
+    return { droppedRows, deletedFiles };
+  }
+
+  info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
+    const t = this.index.totals();
+    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health };
+  }
+
+  /** Re-checks every block's CRC32C, dropping bad ones. */
+  async verify(): Promise<{ checked: number; bad: number }> {
+    let checked = 0;
+    let bad = 0;
+    for (const row of [...this.index.rows()]) {
+      checked++;
+      if ((await this.read(row)) === null) bad++;
+    }
+    return { checked, bad };
+  }
+
+  async clear(): Promise<void> {
+    this.index.clear();
+    this.bytes = 0;
+    this.blocks = 0;
+    await fsp.rm(join(this.cfg.dir, BLOCKS), { recursive: true, force: true });
+    await fsp.mkdir(join(this.cfg.dir, BLOCKS));
+    this.madeDirs.clear();
+  }
+
+  /** Flushes access times, marks the index clean and releases its lock. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.flushTimer);
+    this.index.close(this.reconciled);
+  }
+}

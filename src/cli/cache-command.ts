@@ -1,0 +1,76 @@
+import { promises as fsp } from 'node:fs';
+import { IndexLockedError } from '../blocks/block-index.js';
+import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
+import { silentLogger } from '../observe/logger.js';
+import { Metrics } from '../observe/metrics.js';
+import { EXIT, UserError } from './exit.js';
+
+const USAGE = 'usage: gcsmount cache info|verify|clear --cache-dir DIR [--json]';
+
+function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return u === 0 ? `${n} B` : `${v.toFixed(2)} ${units[u]} (${n} bytes)`;
+}
+
+function parse(args: string[]): { action: 'info' | 'verify' | 'clear'; dir: string; json: boolean } {
+  const [action, ...rest] = args;
+  if (action !== 'info' && action !== 'verify' && action !== 'clear') throw new UserError(USAGE, EXIT.usage);
+  let dir: string | undefined;
+  let json = false;
+  for (let i = 0; i < rest.length; i++) {
+    const a = rest[i]!;
+    if (a === '--json') json = true;
+    else if (a === '--cache-dir' && rest[i + 1] !== undefined) dir = rest[++i];
+    else if (a.startsWith('--cache-dir=')) dir = a.slice('--cache-dir='.length);
+    else throw new UserError(`unexpected argument ${a}; ${USAGE}`, EXIT.usage);
+  }
+  if (!dir) throw new UserError(`--cache-dir is required; ${USAGE}`, EXIT.usage);
+  return { action, dir, json };
+}
+
+/**
+ * `gcsmount cache info|verify|clear`: the block cache of a directory no daemon is using. They take the
+ * index's lock like a daemon does, so none of them can run under a live mount.
+ */
+export async function runCache(args: string[]): Promise<number> {
+  const { action, dir, json } = parse(args);
+  const st = await fsp.stat(dir).catch(() => null);
+  if (!st?.isDirectory()) throw new UserError(`cache dir ${dir} does not exist`, EXIT.cacheDir);
+  let cache: DiskCache;
+  try {
+    cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+  } catch (err) {
+    if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by a running gcsmount; stop it first (gcsmount stats shows a live mount's cache)`, EXIT.cacheDir);
+    throw new UserError(`cache dir ${dir} cannot be opened: ${(err as Error).message}`, EXIT.cacheDir);
+  }
+  try {
+    await cache.ready;
+    let result: Record<string, unknown>;
+    if (action === 'info') {
+      const i = cache.info();
+      result = { dir: i.dir, bytes: i.bytes, blocks: i.blocks, objects: i.objects };
+      if (!json) {
+        process.stdout.write(`cache dir  ${i.dir}\nsize       ${formatBytes(i.bytes)}\nblocks     ${i.blocks}\nobjects    ${i.objects}\n`);
+      }
+    } else if (action === 'verify') {
+      const v = await cache.verify();
+      result = { dir, checked: v.checked, dropped: v.bad };
+      if (!json) process.stdout.write(`checked ${v.checked} blocks; dropped ${v.bad} that failed their check\n`);
+    } else {
+      const before = cache.info();
+      await cache.clear();
+      result = { dir, removedBlocks: before.blocks, removedBytes: before.bytes };
+      if (!json) process.stdout.write(`removed ${before.blocks} blocks, ${formatBytes(before.bytes)}\n`);
+    }
+    if (json) process.stdout.write(`${JSON.stringify(result)}\n`);
+  } finally {
+    cache.close();
+  }
+  return EXIT.ok;
+}

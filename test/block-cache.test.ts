@@ -1,0 +1,168 @@
+import Database from 'better-sqlite3';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blockFileKey } from '../src/blocks/disk-cache.js';
+import { cleanupAll, eventually, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { bytes, objectMeta, sha256 } from './helpers/objects.js';
+
+const MIB = 1024 * 1024;
+const BLOCK = 4 * MIB;
+
+/** The daemon logs its counters when it stops; tests read them there. */
+async function finalCounters(logFile: string): Promise<Record<string, number>> {
+  let line: string | undefined;
+  await eventually(async () => {
+    const log = await fsp.readFile(logFile, 'utf8');
+    line = log.split('\n').reverse().find((l) => l.includes('"final counters"'));
+    return line !== undefined;
+  });
+  return (JSON.parse(line!) as { metrics: { counters: Record<string, number> } }).metrics.counters;
+}
+
+function indexRows(cacheDir: string): { object: string; block: number; size: number; key: string }[] {
+  const db = new Database(join(cacheDir, 'index.sqlite'), { readonly: true });
+  try {
+    return db.prepare('SELECT object, block, size, key FROM blocks_v1 ORDER BY object, block').all() as { object: string; block: number; size: number; key: string }[];
+  } finally {
+    db.close();
+  }
+}
+
+describe('the block cache on disk', () => {
+  let tb: TestBucket;
+  const files: Record<string, Buffer> = {};
+
+  beforeAll(async () => {
+    tb = await startBucket('blocks');
+    files['big/fifty.bin'] = bytes(50 * MIB, 1);
+    for (let i = 0; i < 25; i++) files[`many/f${String(i).padStart(2, '0')}.bin`] = bytes(8 * MIB, 100 + i);
+    for (const n of ['a', 'b', 'c']) files[`damage/${n}.bin`] = bytes(2 * BLOCK, n.charCodeAt(0));
+    await writeObjects(tb.root, tb.bucket, files);
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('serves a second read, and a read after a restart, without a media request', async () => {
+    const cacheDir = await tempDir('cache');
+    const path = (m: { path: string }) => join(m.path, 'big/fifty.bin');
+    const first = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    tb.emulator.resetStats();
+    expect(await sha256Of(path(first))).toBe(sha256(files['big/fifty.bin']!));
+    expect(tb.emulator.stats().requests.media).toBe(13); // 50 MiB in 4 MiB blocks
+    await unmount(first.path);
+    // A new mount has a new inode and no page cache: only the disk cache can spare GCS now.
+    const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
+    tb.emulator.resetStats();
+    expect(await sha256Of(path(second))).toBe(sha256(files['big/fifty.bin']!));
+    expect(await sha256Of(path(second))).toBe(sha256(files['big/fifty.bin']!));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    await unmount(second.path);
+    const counters = await finalCounters(second.logFile);
+    expect(counters.block_cache_hits).toBe(13);
+    expect(counters.block_fetches).toBe(0);
+  });
+
+  it('stays within its budget plus one block, keeping the most recently read blocks', async () => {
+    const cacheDir = await tempDir('cache');
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '64'] });
+    const names = Object.keys(files).filter((n) => n.startsWith('many/')).sort();
+    for (const n of names) expect(await sha256Of(join(m.path, n)), n).toBe(sha256(files[n]!));
+    await unmount(m.path);
+    const rows = indexRows(cacheDir);
+    const total = rows.reduce((s, r) => s + r.size, 0);
+    expect(total).toBeLessThanOrEqual(64 * MIB + BLOCK);
+    expect(total).toBeGreaterThan(32 * MIB);
+    const kept = new Set(rows.map((r) => r.object));
+    expect(kept.has(names.at(-1)!)).toBe(true);
+    expect(kept.has(names.at(-2)!)).toBe(true);
+    expect(kept.has(names[0]!)).toBe(false);
+    // What the index says is what is on disk.
+    const onDisk = (await run('sh', ['-c', `find ${join(cacheDir, 'blocks-v1')} -type f | wc -l`])).stdout.trim();
+    expect(Number(onDisk)).toBe(rows.length);
+  });
+
+  it('refetches a block that was flipped, truncated or deleted on disk, once each, and counts it', async () => {
+    const cacheDir = await tempDir('cache');
+    const damaged = ['damage/a.bin', 'damage/b.bin', 'damage/c.bin'];
+    const first = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    for (const n of damaged) await sha256Of(join(first.path, n));
+    await unmount(first.path);
+    const fileOf = async (object: string) => {
+      const { generation } = await objectMeta(tb, object);
+      const key = blockFileKey({ bucket: tb.bucket, object, generation, block: 1 });
+      return join(cacheDir, 'blocks-v1', key.slice(0, 2), key);
+    };
+    const flip = await fileOf('damage/a.bin');
+    const buf = await fsp.readFile(flip);
+    buf[12345] = buf[12345]! ^ 0xff;
+    await fsp.writeFile(flip, buf);
+    await fsp.truncate(await fileOf('damage/b.bin'), 1000);
+    await fsp.rm(await fileOf('damage/c.bin'));
+
+    const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
+    tb.emulator.resetStats();
+    for (const n of damaged) expect(await sha256Of(join(second.path, n)), n).toBe(sha256(files[n]!));
+    expect(tb.emulator.stats().requests.media).toBe(3);
+    await unmount(second.path);
+    const counters = await finalCounters(second.logFile);
+    expect(counters).toMatchObject({ block_cache_corrupt: 1, block_cache_short: 1, block_cache_missing: 1, block_fetches: 3, block_cache_hits: 3 });
+  });
+
+  it('reads right after the daemon is SIGKILLed in the middle of many downloads', async () => {
+    const cacheDir = await tempDir('cache');
+    const first = await mount({ tb, args: ['--cache-dir', cacheDir], foreground: true });
+    tb.emulator.setKnobs({ bandwidthBytesPerSec: 20 * MIB });
+    const names = Object.keys(files).filter((n) => n.startsWith('many/')).slice(0, 12);
+    const readers = names.map((n) => run('cat', [join(first.path, n)], { timeoutMs: 30_000 }));
+    await new Promise((r) => setTimeout(r, 1_500));
+    first.daemon!.kill('SIGKILL');
+    await Promise.all(readers);
+    tb.emulator.setKnobs({ bandwidthBytesPerSec: 0 });
+    const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
+    for (const n of names) expect(await sha256Of(join(second.path, n)), n).toBe(sha256(files[n]!));
+    await unmount(second.path);
+    const log = await fsp.readFile(second.logFile, 'utf8');
+    expect(log).toContain('block cache reconciled after an unclean stop');
+    // Everything the index holds now is whole and right (once the daemon, gone with its mount, lets go of it).
+    let verify = { code: 1, stdout: '' };
+    await eventually(async () => (verify = await run(GCSMOUNT, ['cache', 'verify', '--cache-dir', cacheDir, '--json'])).code === 0);
+    expect(JSON.parse(verify.stdout)).toMatchObject({ dropped: 0 });
+  });
+
+  it('keeps reading right, and stays up, when the cache disk is full', async () => {
+    const cacheDir = await tempDir('tmpfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', cacheDir])).code).toBe(0);
+    try {
+      const m = await mount({ tb, args: ['--cache-dir', cacheDir] });
+      expect(await sha256Of(join(m.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
+      expect((await run('stat', [join(m.path, 'many')])).code).toBe(0); // still answering
+      await unmount(m.path);
+      expect(await fsp.readFile(m.logFile, 'utf8')).toContain('block cache disk is full');
+      const counters = await finalCounters(m.logFile);
+      expect(counters.block_cache_write_errors).toBeGreaterThan(0);
+    } finally {
+      await run('umount', ['-l', cacheDir]);
+    }
+  });
+
+  it('refuses a second daemon on the same cache dir, and cache tools under a live one', async () => {
+    const cacheDir = await tempDir('cache');
+    const first = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    const otherMnt = await tempDir('mnt');
+    const second = await run(GCSMOUNT, [tb.bucket, otherMnt, '--custom-endpoint', tb.emulator.url, '--cache-dir', cacheDir]);
+    expect(second.code).toBe(6);
+    expect(second.stderr.trim()).toMatch(/^gcsmount: cache dir .* is in use by another gcsmount/);
+    const clear = await run(GCSMOUNT, ['cache', 'clear', '--cache-dir', cacheDir]);
+    expect(clear.code).toBe(6);
+    await unmount(first.path);
+    await eventually(async () => (await run(GCSMOUNT, ['cache', 'info', '--cache-dir', cacheDir])).code === 0);
+    const cleared = await run(GCSMOUNT, ['cache', 'clear', '--cache-dir', cacheDir, '--json']);
+    expect(cleared.code).toBe(0);
+    const info = JSON.parse((await run(GCSMOUNT, ['cache', 'info', '--cache-dir', cacheDir, '--json'])).stdout);
+    expect(info).toMatchObject({ blocks: 0, bytes: 0 });
+  });
+});
