@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveEndpoint } from '../src/gcs/endpoint.js';
 import { GcsError } from '../src/gcs/errors.js';
+import { AdaptiveConcurrency } from '../src/gcs/adaptive-concurrency.js';
 import { HttpObjectClient } from '../src/gcs/http-client.js';
 import { DEFAULT_RETRY, retryDelay } from '../src/gcs/retry.js';
 import { componentProblem, NameMapper } from '../src/namespace/names.js';
@@ -18,7 +19,9 @@ describe('retry policy', () => {
     expect(retryDelay(DEFAULT_RETRY, 4, transient, () => 1)).toBe(800);
     expect(retryDelay(DEFAULT_RETRY, 4, transient, () => 0)).toBe(0);
     expect(retryDelay({ ...DEFAULT_RETRY, maxAttempts: 99 }, 30, transient, () => 1)).toBe(DEFAULT_RETRY.maxDelayMs);
-    expect(retryDelay(DEFAULT_RETRY, DEFAULT_RETRY.maxAttempts, transient, () => 1)).toBe('give-up');
+    expect(retryDelay({ ...DEFAULT_RETRY, maxAttempts: 5 }, 5, transient, () => 1)).toBe('give-up');
+    expect(retryDelay(DEFAULT_RETRY, 1_000, transient, () => 1)).toBe(DEFAULT_RETRY.maxDelayMs); // 0 = no limit
+    expect(retryDelay({ ...DEFAULT_RETRY, multiplier: 3 }, 3, transient, () => 1)).toBe(900);
     expect(retryDelay(DEFAULT_RETRY, 1, new GcsError('NOT_FOUND', 'x', 404), () => 1)).toBe('give-up');
     expect(retryDelay(DEFAULT_RETRY, 1, new Error('not ours'), () => 1)).toBe('give-up');
   });
@@ -75,15 +78,21 @@ describe('namespace lookups against the emulator', () => {
       maxConnections: 4,
       timeoutMs: 10_000,
       retry: DEFAULT_RETRY,
+      concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
       log: silentLogger,
       metrics: new Metrics(),
     });
+    ns = fresh();
+  });
+
+  /** A namespace with empty caches and no lookup misses counted yet. */
+  function fresh(): Namespace {
     const cache = new MetadataCache(
       { ttl: { kind: 'ms', ms: 60_000 }, negativeTtl: { kind: 'ms', ms: 5_000 }, statBudget: { kind: 'unlimited' }, typeBudget: { kind: 'unlimited' } },
       new Metrics(),
     );
-    ns = new Namespace({ client, names: new NameMapper(null), cache, once: new OnceLog(silentLogger), metrics: new Metrics() });
-  });
+    return new Namespace({ client, names: new NameMapper(null), cache, listTtlMs: 60_000, once: new OnceLog(silentLogger), metrics: new Metrics() });
+  }
 
   afterAll(async () => {
     await client?.close();
@@ -98,29 +107,45 @@ describe('namespace lookups against the emulator', () => {
   });
 
   it('resolves an implicit directory in one list request', async () => {
+    ns = fresh();
     tb.emulator.resetStats();
     expect((await ns.lookup('/y'))?.kind).toBe('dir');
     expect(tb.emulator.stats().requests).toMatchObject({ total: 1, list: 1 });
   });
 
   it('finds a directory beyond the first page with one more request, and prefers it over a same-named file', async () => {
+    ns = fresh();
     tb.emulator.resetStats();
     expect((await ns.lookup('/x'))?.kind).toBe('dir');
     expect(tb.emulator.stats().requests).toMatchObject({ total: 2, list: 2 });
   });
 
   it('answers a second lookup, and every entry of a listed directory, from the caches', async () => {
+    ns = fresh();
     tb.emulator.resetStats();
     expect((await ns.lookup('/x.005'))?.kind).toBe('file');
     const entries = await ns.readdir('/');
     expect(entries.length).toBeGreaterThan(150);
-    expect(tb.emulator.stats().requests).toMatchObject({ total: 1, list: 1 });
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 2, list: 2 }); // the lookup, the listing
+    expect((await ns.lookup('/x.005'))?.kind).toBe('file');
     for (const name of ['/x.149', '/y', '/nothing-here']) await ns.lookup(name);
     expect(await ns.readdir('/')).toBe(entries);
-    expect(tb.emulator.stats().requests.total).toBe(1);
+    expect(tb.emulator.stats().requests.total).toBe(2);
+  });
+
+  it('lists a directory after two lookup misses in it, and answers every later name from that listing', async () => {
+    ns = fresh();
+    tb.emulator.resetStats();
+    expect((await ns.lookup('/x.001'))?.kind).toBe('file'); // one name: one request
+    expect((await ns.lookup('/x.002'))?.kind).toBe('file'); // a second miss in "/": list it all
+    expect(tb.emulator.stats().requests).toMatchObject({ total: 2, list: 2 });
+    for (const name of ['/x.003', '/x.149', '/y', '/no-such-chunk']) await ns.lookup(name);
+    expect(await ns.lookup('/no-such-chunk')).toBeNull();
+    expect(tb.emulator.stats().requests.total).toBe(2);
   });
 
   it('answers a missing name with null in one request, and shares one request among concurrent lookups', async () => {
+    ns = fresh();
     tb.emulator.resetStats();
     const all = await Promise.all(Array.from({ length: 32 }, () => ns.lookup('/y/missing')));
     expect(all.every((e) => e === null)).toBe(true);

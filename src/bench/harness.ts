@@ -63,3 +63,20 @@ export async function cleanup(b: BenchBucket): Promise<void> {
 export function machine(): string {
   return `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown'}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
 }
+
+/** The daemon serving `mountPoint`, found by its command line (mounts here are daemonised). */
+export async function daemonPid(mountPoint: string): Promise<number | null> {
+  for (const entry of await fsp.readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmd = await fsp.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    const args = cmd.split('\0');
+    if (args.includes(mountPoint) && args.includes('--foreground')) return Number(entry);
+  }
+  return null;
+}
+
+/** Peak resident memory of a process so far, in MiB. */
+export async function peakRssMiB(pid: number): Promise<number> {
+  const status = await fsp.readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmHWM:\s+(\d+)/.exec(status)![1]) / 1024;
+}

@@ -1,19 +1,39 @@
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { BlockSource } from './block-source.js';
+import type { ReadaheadBudget } from './readahead-budget.js';
 
 export interface HandleReaderConfig {
-  /** Blocks kept in memory per open file: the one being read, the one prefetched, and a little slack. */
-  keepBlocks: number;
+  /** The most blocks one file may have fetched ahead of its reader (gcsfuse's --sequential-read-size-mb). */
+  maxWindowBlocks: number;
+  budget: ReadaheadBudget;
 }
 
 /**
- * Reads one pinned generation of one object for one open file. The kernel asks for at most 128 KiB at a
- * time; whole aligned blocks (from the disk cache or one range GET each) are kept in memory while the
- * reader is in them, and the next block is prefetched while the reader is sequential.
+ * The kernel sends a sequential reader's 128 KiB requests a few at a time and not always in order;
+ * anything within this distance of where the last read ended still counts as sequential.
+ */
+const SEQUENTIAL_SLACK = 1024 * 1024;
+
+interface HeldBlock {
+  data: Promise<Buffer>;
+  /** The bytes once they have arrived: most reads then copy without a promise in sight. */
+  value: Buffer | null;
+  /** Fetched ahead of the reader: holds one unit of the global readahead budget until dropped. */
+  ahead: boolean;
+}
+
+/**
+ * Reads one pinned generation of one object for one open file. Whole aligned blocks are held in memory
+ * while the reader is in them. While reads are sequential, a window of blocks ahead is fetched in
+ * parallel, doubling (1, 2, 4, ...) each time the reader enters a new block, up to a cap; a seek
+ * collapses it, so a random reader fetches only the blocks it touches.
  */
 export class HandleReader {
-  private readonly blocks = new Map<number, Promise<Buffer>>();
-  private lastEnd = -1;
+  private readonly held = new Map<number, HeldBlock>();
+  private lastEnd = 0;
+  private lastBlock = -1;
+  private window = 1;
+  private closed = false;
 
   constructor(
     private readonly source: BlockSource,
@@ -21,49 +41,86 @@ export class HandleReader {
     private readonly cfg: HandleReaderConfig,
   ) {}
 
-  /** Copies bytes [pos, pos + into.length) of the object, clamped to its size, into `into`; returns the count. */
-  async read(pos: number, into: Buffer): Promise<number> {
+  /**
+   * Copies bytes [pos, pos + into.length) of the object, clamped to its size, into `into`; returns the
+   * count, synchronously when the blocks are already here (a block serves 32 kernel reads of 128 KiB).
+   */
+  read(pos: number, into: Buffer): number | Promise<number> {
     const end = Math.min(this.meta.size, pos + into.length);
     if (pos >= end) return 0;
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     const last = Math.floor((end - 1) / bs);
-    const sequential = pos === this.lastEnd;
-    this.lastEnd = end;
+    const sequential = Math.abs(pos - this.lastEnd) <= SEQUENTIAL_SLACK;
+    this.lastEnd = Math.max(end, sequential ? this.lastEnd : 0);
+    if (!sequential) this.window = 1;
+    else if (last > this.lastBlock && this.lastBlock >= 0) this.window = Math.min(this.cfg.maxWindowBlocks, this.window * 2);
+    this.lastBlock = Math.max(last, sequential ? this.lastBlock : last);
 
-    const wanted: number[] = [];
-    for (let b = first; b <= last; b++) wanted.push(b);
-    const fetches = wanted.map((b) => this.block(b));
-    if (sequential && (last + 1) * bs < this.meta.size) void this.block(last + 1).catch(() => undefined);
-    this.trim(new Set([...wanted, last + 1]));
-
-    let copied = 0;
-    for (let i = 0; i < wanted.length; i++) {
-      const data = await fetches[i]!;
-      const blockStart = wanted[i]! * bs;
-      const from = Math.max(pos, blockStart) - blockStart;
-      const to = Math.min(end, blockStart + data.length) - blockStart;
-      copied += data.copy(into, copied, from, to);
+    const wanted: HeldBlock[] = [];
+    for (let b = first; b <= last; b++) wanted.push(this.hold(b, false));
+    if (sequential) {
+      const lastBlockOfObject = Math.floor((this.meta.size - 1) / bs);
+      for (let b = last + 1; b <= Math.min(lastBlockOfObject, last + this.window); b++) {
+        if (this.held.has(b)) continue;
+        if (!this.cfg.budget.tryTake()) break;
+        this.hold(b, true).data.catch(() => undefined);
+      }
     }
-    return copied;
+    this.dropOutside(first, sequential ? Number.POSITIVE_INFINITY : last);
+
+    const copy = (blocks: readonly Buffer[]): number => {
+      let copied = 0;
+      for (let i = 0; i < blocks.length; i++) {
+        const data = blocks[i]!;
+        const blockStart = (first + i) * bs;
+        const from = Math.max(pos, blockStart) - blockStart;
+        const to = Math.min(end, blockStart + data.length) - blockStart;
+        copied += data.copy(into, copied, from, to);
+      }
+      return copied;
+    };
+    if (wanted.every((b) => b.value !== null)) return copy(wanted.map((b) => b.value!));
+    return Promise.all(wanted.map((b) => b.data)).then(copy);
   }
 
-  private block(index: number): Promise<Buffer> {
-    let p = this.blocks.get(index);
-    if (!p) {
-      p = this.source.get(this.meta, index);
-      // A failed fetch must not be remembered: the next read tries again.
-      p.catch(() => this.blocks.delete(index));
-      this.blocks.set(index, p);
-    }
-    return p;
+  /** Gives back this file's share of the readahead budget; the handle is done. */
+  close(): void {
+    this.closed = true;
+    for (const index of [...this.held.keys()]) this.drop(index);
   }
 
-  /** Drops the oldest blocks beyond the budget, never one that a read in progress needs. */
-  private trim(keep: Set<number>): void {
-    for (const index of this.blocks.keys()) {
-      if (this.blocks.size <= this.cfg.keepBlocks) return;
-      if (!keep.has(index)) this.blocks.delete(index);
+  private hold(index: number, ahead: boolean): HeldBlock {
+    const existing = this.held.get(index);
+    if (existing) {
+      // The reader has caught up with a block still on its way: it is waiting on it now, so promote it.
+      if (!ahead && existing.value === null) void this.source.get(this.meta, index, 'demand');
+      return existing;
     }
+    const data = this.source.get(this.meta, index, ahead ? 'readahead' : 'demand');
+    const block: HeldBlock = { data, value: null, ahead };
+    // A failed fetch must not be remembered: the next read tries again.
+    data.then(
+      (value) => (block.value = value),
+      () => this.drop(index),
+    );
+    this.held.set(index, block);
+    if (this.closed) this.drop(index);
+    return block;
+  }
+
+  /**
+   * Blocks behind the reader are done with (one is kept for a reader that steps back a little); after a
+   * seek, so is what was fetched ahead of the old position.
+   */
+  private dropOutside(first: number, last: number): void {
+    for (const index of [...this.held.keys()]) if (index < first - 1 || index > last) this.drop(index);
+  }
+
+  private drop(index: number): void {
+    const block = this.held.get(index);
+    if (!block) return;
+    this.held.delete(index);
+    if (block.ahead) this.cfg.budget.give();
   }
 }

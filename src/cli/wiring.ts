@@ -1,5 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { BlockSource } from '../blocks/block-source.js';
+import { DownloadScheduler } from '../blocks/download-scheduler.js';
+import { ReadaheadBudget } from '../blocks/readahead-budget.js';
+import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
@@ -18,6 +21,11 @@ import type { Ttl } from './values.js';
 import { EXIT, UserError } from './exit.js';
 
 const MIB = 1024 * 1024;
+/**
+ * gcsfuse's --max-conns-per-host 0 means "no limit"; requests in flight still need a ceiling for the
+ * adaptive limit to halve from on a 429. gcsfuse keeps up to 100 idle connections by default.
+ */
+const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
@@ -55,19 +63,32 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   }
   const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
   const metrics = new Metrics();
+  const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
+  const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
+  metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
   const clientConfig: HttpClientConfig = {
     endpoint,
     bucket: opts.bucket,
     auth,
-    maxConnections: v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0,
+    maxConnections,
     timeoutMs: v['http-client-timeout'],
-    retry: { ...DEFAULT_RETRY, maxDelayMs: v['max-retry-sleep'] },
+    retry: {
+      ...DEFAULT_RETRY,
+      maxAttempts: v['max-retry-attempts'] > 0 ? v['max-retry-attempts'] : Number.POSITIVE_INFINITY,
+      multiplier: v['retry-multiplier'],
+      maxDelayMs: v['max-retry-sleep'],
+    },
+    concurrency,
     log,
     metrics,
   };
 
   // A missing bucket or an unreachable endpoint should fail the mount in seconds, not after a long backoff.
-  const probe = new HttpObjectClient({ ...clientConfig, retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 } });
+  const probe = new HttpObjectClient({
+    ...clientConfig,
+    retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 },
+    concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
+  });
   try {
     await probe.getBucket();
   } finally {
@@ -76,7 +97,15 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
 
   const disk = openDiskCache(opts, log, metrics);
   const client = new HttpObjectClient(clientConfig);
-  const blocks = new BlockSource({ client, disk, blockSize: v['block-size-mb'] * MIB, log, metrics });
+  const blockSize = v['block-size-mb'] * MIB;
+  const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);
+  const scheduler = new DownloadScheduler({
+    global: unlimited(v['file-cache-max-parallel-downloads']),
+    perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
+  });
+  const blocks = new BlockSource({ client, disk, scheduler, blockSize, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics });
+  const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
+  metrics.setGauge('readahead_blocks', () => budget.inUse);
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
   const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
@@ -84,7 +113,8 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     { ttl, negativeTtl, statBudget: getSizeLimit(opts, 'stat-cache-max-size-mb'), typeBudget: getSizeLimit(opts, 'type-cache-max-size-mb') },
     metrics,
   );
-  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), cache, once, metrics });
+  const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
+  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), cache, listTtlMs, once, metrics });
   const { ops } = createOperations({
     namespace,
     blocks,
@@ -95,7 +125,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       dirMode: v['dir-mode'],
       mountTimeMs: Date.now(),
     },
-    reader: { keepBlocks: 4 },
+    reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget },
     log,
     metrics,
   });

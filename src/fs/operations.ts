@@ -98,21 +98,27 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
       const reader = handles.get(fd);
       if (!reader) return cb(Errno.EBADF);
       // fuse-native detaches `buf` once we answer: fill it before the callback and keep no reference.
-      reader.read(pos, buf.subarray(0, len)).then(
-        (n) => {
-          metrics.inc('fuse_read_bytes', n);
-          cb(n);
-        },
-        (err) => {
-          // The pinned generation is gone: this open file cannot go on (it must never mix generations),
-          // but the next open should see the object as it is now.
-          if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
-          cb(fail('read', path, err, Errno.EIO));
-        },
-      );
+      const done = (n: number): void => {
+        metrics.inc('fuse_read_bytes', n);
+        cb(n);
+      };
+      const failed = (err: unknown): void => {
+        // The pinned generation is gone: this open file cannot go on (it must never mix generations),
+        // but the next open should see the object as it is now.
+        if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
+        cb(fail('read', path, err, Errno.EIO));
+      };
+      try {
+        const n = reader.read(pos, buf.subarray(0, len));
+        if (typeof n === 'number') done(n);
+        else n.then(done, failed);
+      } catch (err) {
+        failed(err);
+      }
     },
 
     release: (_path, fd, cb) => {
+      handles.get(fd)?.close();
       handles.remove(fd);
       cb(0);
     },

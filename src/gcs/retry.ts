@@ -2,14 +2,16 @@ import { GcsError } from './errors.js';
 
 /** A small pure policy with visible defaults, tested with an injected random source. */
 export interface RetryPolicy {
-  /** Attempts in all, the first included. */
+  /** Attempts in all, the first included; Infinity for gcsfuse's "--max-retry-attempts 0": no limit. */
   maxAttempts: number;
   baseDelayMs: number;
+  /** Growth of the delay ceiling per attempt (gcsfuse's --retry-multiplier). */
+  multiplier: number;
   /** The cap on one sleep (gcsfuse's --max-retry-sleep). */
   maxDelayMs: number;
 }
 
-export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 100, maxDelayMs: 30_000 };
+export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: Number.POSITIVE_INFINITY, baseDelayMs: 100, multiplier: 2, maxDelayMs: 30_000 };
 
 export function isRetryable(err: unknown): boolean {
   return err instanceof GcsError && err.code === 'TRANSIENT';
@@ -22,7 +24,7 @@ export function isRetryable(err: unknown): boolean {
  */
 export function retryDelay(policy: RetryPolicy, attempt: number, err: unknown, random: () => number = Math.random): number | 'give-up' {
   if (!isRetryable(err) || attempt >= policy.maxAttempts) return 'give-up';
-  const ceiling = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
+  const ceiling = Math.min(policy.maxDelayMs, policy.baseDelayMs * policy.multiplier ** (attempt - 1));
   const jittered = random() * ceiling;
   const asked = err instanceof GcsError && err.retryAfterSeconds !== null ? err.retryAfterSeconds * 1000 : 0;
   return Math.min(policy.maxDelayMs, Math.max(jittered, asked));

@@ -142,12 +142,17 @@ export class MetadataCache {
     return undefined;
   }
 
-  /** Remembers a directory's entries, and each entry's type and metadata, so `ls -l` costs only the listing. */
-  rememberListing(path: string, entries: readonly DirEntry[]): void {
-    if (this.positiveTtl === null) return;
-    this.stats?.set(`l:${path}`, { entries }, { ttl: this.positiveTtl });
+  /**
+   * Remembers a directory's entries, and each entry's type and metadata, so `ls -l` costs only the
+   * listing. Returns false when the listing itself could not be kept (caching off, or larger than the
+   * stat budget allows for one entry), so callers do not count on it answering later lookups.
+   */
+  rememberListing(path: string, entries: readonly DirEntry[]): boolean {
+    if (this.positiveTtl === null || !this.stats) return false;
+    this.stats.set(`l:${path}`, { entries }, { ttl: this.positiveTtl });
     const base = path === '/' ? '' : path;
     for (const e of entries) this.remember(`${base}/${e.name}`, e.entry);
+    return this.stats.has(`l:${path}`);
   }
 
   /** Bytes in use by each cache, for stats and tests. */

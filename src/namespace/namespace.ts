@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import type { ListPage, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -11,10 +12,20 @@ import { componentProblem, type NameMapper } from './names.js';
  */
 const LOOKUP_PAGE = 100;
 
+/**
+ * Lookup misses in one directory after which the whole directory is listed instead. The kernel takes a
+ * directory's lock for each lookup in it (libfuse 2 cannot ask for parallel lookups), so a busy folder,
+ * a Zarr array's chunks read by 16 processes, would otherwise cost one round trip per name, one after
+ * another. One listing (a request per 1,000 names) then answers every name, missing chunks included.
+ */
+const LIST_AFTER_MISSES = 2;
+
 export interface NamespaceDeps {
   client: ObjectClient;
   names: NameMapper;
   cache: MetadataCache;
+  /** How long a lookup-miss count or an "unlistable" mark lasts: the metadata TTL. */
+  listTtlMs: number;
   once: OnceLog;
   metrics: Metrics;
 }
@@ -23,8 +34,15 @@ export interface NamespaceDeps {
 export class Namespace {
   private readonly lookups = new Map<string, Promise<Entry | null>>();
   private readonly listings = new Map<string, Promise<readonly DirEntry[]>>();
+  /** Lookup misses per directory, and directories whose listing is too large to keep: both short-lived. */
+  private readonly misses: LRUCache<string, number>;
+  private readonly unlistable: LRUCache<string, true>;
 
-  constructor(private readonly deps: NamespaceDeps) {}
+  constructor(private readonly deps: NamespaceDeps) {
+    const ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
+    this.misses = new LRUCache({ max: 10_000, ttl });
+    this.unlistable = new LRUCache({ max: 10_000, ttl });
+  }
 
   /**
    * What `path` is, or null when it does not exist: from the caches while their TTLs hold, otherwise from
@@ -32,13 +50,37 @@ export class Namespace {
    */
   lookup(path: string): Promise<Entry | null> {
     if (path === '/') return Promise.resolve({ kind: 'dir', mtimeMs: null });
-    const cached = this.deps.cache.lookup(path, parentOf(path));
+    const parent = parentOf(path);
+    const cached = this.deps.cache.lookup(path, parent);
     if (cached !== undefined) return Promise.resolve(cached === 'missing' ? null : cached);
     return shared(this.lookups, path, async () => {
+      if (this.listings.has(parent) || this.worthListing(parent)) {
+        const fromListing = await this.lookupByListing(path, parent);
+        if (fromListing !== undefined) return fromListing;
+      }
       const entry = await this.resolve(path);
       this.deps.cache.remember(path, entry);
       return entry;
     });
+  }
+
+  private worthListing(parent: string): boolean {
+    if (this.unlistable.has(parent)) return false;
+    const n = (this.misses.get(parent) ?? 0) + 1;
+    this.misses.set(parent, n);
+    return n >= LIST_AFTER_MISSES;
+  }
+
+  /** Answers from a (shared) listing of the parent, or undefined when the listing could not be kept. */
+  private async lookupByListing(path: string, parent: string): Promise<Entry | null | undefined> {
+    await this.readdir(parent);
+    const answer = this.deps.cache.lookup(path, parent);
+    if (answer === undefined) {
+      this.unlistable.set(parent, true);
+      return undefined;
+    }
+    this.misses.delete(parent);
+    return answer === 'missing' ? null : answer;
   }
 
   /**
@@ -81,7 +123,7 @@ export class Namespace {
     if (cached) return Promise.resolve(cached);
     return shared(this.listings, path, async () => {
       const entries = await this.list(path);
-      this.deps.cache.rememberListing(path, entries);
+      if (!this.deps.cache.rememberListing(path, entries)) this.unlistable.set(path, true);
       return entries;
     });
   }

@@ -44,7 +44,10 @@ export const GAUGES = {
   block_cache_bytes: 'bytes held in the disk cache',
   block_cache_blocks: 'blocks held in the disk cache',
   block_cache_limit_bytes: 'the disk cache budget (-1: unlimited)',
-  downloads_in_flight: 'block downloads in progress',
+  downloads_in_flight: 'range GETs in progress',
+  downloads_queued: 'range GETs waiting for a download slot',
+  gcs_concurrency_limit: 'requests GCS may have in flight now (halved on 429, grown back on success)',
+  readahead_blocks: 'blocks held in memory ahead of sequential readers',
   open_files: 'files open through the mount',
 } as const;
 

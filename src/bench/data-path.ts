@@ -1,0 +1,127 @@
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
+import { HttpObjectClient } from '../gcs/http-client.js';
+import { DEFAULT_RETRY } from '../gcs/retry.js';
+import { silentLogger } from '../observe/logger.js';
+import { Metrics } from '../observe/metrics.js';
+import { benchBucket, cleanup, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
+
+const MIB = 1024 * 1024;
+/** gcsmount's defaults on this machine: 4 MiB blocks, max(16, 2 x CPUs) = 16 range GETs in flight. */
+const BLOCK = 4 * MIB;
+const PARALLEL = 16;
+const LATENCY_MS = 50;
+const BANDWIDTH = 50 * MIB; // per response, like one GCS stream
+
+/** Runs `jobs` with at most `limit` in flight. */
+async function pool<T>(limit: number, jobs: (() => Promise<T>)[]): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: limit }, async () => {
+    while (next < jobs.length) await jobs[next++]!();
+  }));
+}
+
+function ceilingClient(b: BenchBucket): HttpObjectClient {
+  return new HttpObjectClient({
+    endpoint: { origin: b.emulator.url, custom: true },
+    bucket: b.bucket,
+    auth: null,
+    maxConnections: 0,
+    timeoutMs: 0,
+    retry: DEFAULT_RETRY,
+    concurrency: new AdaptiveConcurrency({ max: 100, min: 1, cooldownMs: 1000 }),
+    log: silentLogger,
+    metrics: new Metrics(),
+  });
+}
+
+interface Row {
+  scenario: string;
+  bytes: number;
+  ceilingS: number;
+  mountS: number;
+  media: number;
+  rss: number;
+}
+
+/**
+ * Cold reads through the mount against the ceiling measured in the same run: the same undici Pool
+ * downloading the same ranges straight into memory, with the same parallelism, without FUSE.
+ */
+export async function dataPathScenario(): Promise<string> {
+  const b = await benchBucket('data-bench');
+  const rows: Row[] = [];
+  const client = ceilingClient(b);
+  try {
+    const dir = join(b.root, b.bucket);
+    await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'one-gib.bin')}`, 'bs=1M', 'count=1024', 'status=none']);
+    await fsp.mkdir(join(dir, 'small'));
+    for (let i = 0; i < 256; i++) await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'small', `c${i}`)}`, 'bs=1M', 'count=1', 'status=none']);
+    // Let the emulator hash everything once, outside the timings.
+    const big = (await client.statObject('one-gib.bin'))!;
+    const smalls = await Promise.all(Array.from({ length: 256 }, async (_, i) => (await client.statObject(`small/c${i}`))!));
+    b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
+
+    const measure = async (scenario: string, bytes: number, ceiling: () => Promise<void>, viaMount: (mnt: string) => Promise<void>, diskCache = true) => {
+      const c = await timed(ceiling);
+      const m = await mountBench(b, diskCache ? ['--cache-dir', join(b.dir, `cache-${rows.length}`)] : []);
+      const pid = await daemonPid(m.path);
+      b.emulator.resetStats();
+      const t = await timed(() => viaMount(m.path));
+      const media = b.emulator.stats().requests.media;
+      const rss = pid ? await peakRssMiB(pid) : NaN;
+      await m.unmount();
+      rows.push({ scenario, bytes, ceilingS: c.seconds, mountS: t.seconds, media, rss });
+    };
+
+    await measure(
+      'cold sequential read of a 1 GiB object (`cat`)',
+      big.size,
+      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => () => client.readRange(big.name, big.generation, i * BLOCK, (i + 1) * BLOCK).then(() => undefined))),
+      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+    );
+    await measure(
+      'the same, without --cache-dir (no block writes to disk)',
+      big.size,
+      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => () => client.readRange(big.name, big.generation, i * BLOCK, (i + 1) * BLOCK).then(() => undefined))),
+      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+      false,
+    );
+    await measure(
+      '16 parallel readers of 256 files of 1 MiB',
+      256 * MIB,
+      () => pool(PARALLEL, smalls.map((o) => () => client.readRange(o.name, o.generation, 0, o.size).then(() => undefined))),
+      (mnt) =>
+        Promise.all(Array.from({ length: 16 }, (_, r) => sh('sh', ['-c', `cat ${Array.from({ length: 16 }, (_, k) => join(mnt, 'small', `c${r * 16 + k}`)).join(' ')} > /dev/null`]))).then(() => undefined),
+    );
+    const offsets = Array.from({ length: 200 }, (_, i) => ((i * 7919) % 16384) * 65536);
+    await measure(
+      '200 random 64 KiB reads of the 1 GiB object, 8 at a time',
+      200 * 65536,
+      () => pool(8, offsets.map((o) => () => client.readRange(big.name, big.generation, o, o + 65536).then(() => undefined))),
+      (mnt) =>
+        sh('/usr/bin/python3', ['-c', `
+import os
+from concurrent.futures import ThreadPoolExecutor
+f = os.open(${JSON.stringify(join(mnt, 'one-gib.bin'))}, os.O_RDONLY)
+offs = ${JSON.stringify(offsets)}
+with ThreadPoolExecutor(8) as ex:
+    assert all(len(b) == 65536 for b in ex.map(lambda o: os.pread(f, 65536, o), offs))
+`]).then((r) => {
+          if (r.code !== 0) throw new Error(r.stderr);
+        }),
+    );
+  } finally {
+    await client.close();
+    await cleanup(b);
+  }
+  const mbps = (bytes: number, s: number) => (bytes / MIB / s).toFixed(0);
+  return [
+    `Emulator: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. gcsmount defaults (4 MiB blocks, 16 range GETs in flight), a fresh --cache-dir per scenario unless stated.`,
+    '',
+    '| scenario | ceiling (Pool, no FUSE) | gcsmount cold | ratio | media requests | daemon peak RSS |',
+    '|---|---|---|---|---|---|',
+    ...rows.map((r) => `| ${r.scenario} | ${mbps(r.bytes, r.ceilingS)} MiB/s | ${mbps(r.bytes, r.mountS)} MiB/s | ${(r.ceilingS / r.mountS).toFixed(2)} | ${r.media} | ${r.rss.toFixed(0)} MiB |`),
+  ].join('\n');
+}
