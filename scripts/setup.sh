@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libfuse2: fuse-native links libfuse.so.2. fuse3: fusermount and /etc/fuse.conf.
-# python3-zarr/xarray/numpy: the Zarr acceptance tests, run with /usr/bin/python3.
-APT_PACKAGES=(libfuse2 fuse3 python3-zarr python3-xarray python3-numpy)
+# python3-zarr/xarray/numpy: the Zarr acceptance tests, run with /usr/bin/python3. systemd: systemd-analyze
+# verify checks the unit file.
+APT_PACKAGES=(libfuse2 fuse3 python3-zarr python3-xarray python3-numpy systemd)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

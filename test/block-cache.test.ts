@@ -3,22 +3,12 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blockFileKey } from '../src/blocks/disk-cache.js';
-import { cleanupAll, eventually, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, eventually, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 const BLOCK = 4 * MIB;
 
-/** The daemon logs its counters when it stops; tests read them there. */
-async function finalCounters(logFile: string): Promise<Record<string, number>> {
-  let line: string | undefined;
-  await eventually(async () => {
-    const log = await fsp.readFile(logFile, 'utf8');
-    line = log.split('\n').reverse().find((l) => l.includes('"final counters"'));
-    return line !== undefined;
-  });
-  return (JSON.parse(line!) as { metrics: { counters: Record<string, number> } }).metrics.counters;
-}
 
 function indexRows(cacheDir: string): { object: string; block: number; size: number; key: string }[] {
   const db = new Database(join(cacheDir, 'index.sqlite'), { readonly: true });
@@ -63,7 +53,9 @@ describe('the block cache on disk', () => {
     expect(tb.emulator.stats().requests.media).toBe(0);
     await unmount(second.path);
     const counters = await finalCounters(second.logFile);
-    expect(counters.block_cache_hits).toBe(13);
+    // Every block from disk, none from GCS (a block may be read from disk twice when the kernel's reads
+    // arrive out of order; what matters is that GCS is not asked).
+    expect(counters.block_cache_hits).toBeGreaterThanOrEqual(13);
     expect(counters.block_fetches).toBe(0);
   });
 

@@ -2,20 +2,12 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RequestLogEntry } from '../src/emulator/server.js';
-import { cleanupAll, eventually, mount, run, sha256Of, startBucket, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, finalCounters, mount, run, sha256Of, startBucket, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 const PY = '/usr/bin/python3';
 
-async function finalCounters(logFile: string): Promise<Record<string, number>> {
-  let line: string | undefined;
-  await eventually(async () => {
-    line = (await fsp.readFile(logFile, 'utf8')).split('\n').reverse().find((l) => l.includes('"final counters"'));
-    return line !== undefined;
-  });
-  return (JSON.parse(line!) as { metrics: { counters: Record<string, number> } }).metrics.counters;
-}
 
 /** The most media requests the emulator had in flight at any one moment. */
 function peakOverlap(log: RequestLogEntry[]): number {

@@ -165,7 +165,7 @@ describe('the parameter table', () => {
       'sequential-read-size-mb', 'read-global-max-blocks',
     ];
     for (const f of effective) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('effective');
-    for (const f of ['prometheus-port']) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('planned');
+    expect(PARAM_BY_FLAG.get('prometheus-port')!.effect).toBe('effective');
     for (const f of ['enable-buffered-read', 'max-idle-conns-per-host', 'file-cache-download-chunk-size-mb',
       'file-cache-cache-file-for-range-read', 'kernel-list-cache-ttl-secs', 'rename-dir-limit', 'temp-dir', 'app-name', 'billing-project', 'client-protocol', 'token-url',
       'reuse-token-from-url', 'debug_fuse', 'debug_gcs', 'debug_fs', 'limit-ops-per-sec', 'limit-bytes-per-sec']) {
@@ -470,11 +470,11 @@ gcsmount:
 describe('notices', () => {
   it('names each ignored, planned or deprecated option the user set', () => {
     const file = yamlFile('file-system:\n  temp-dir: /tmp/x\n');
-    const o = parse('--rename-dir-limit', '100', '--prometheus-port', '9100', '--stat-cache-ttl', '10s', '--debug_fuse',
+    const o = parse('--rename-dir-limit', '100', '--log-rotate-max-file-size-mb', '10', '--stat-cache-ttl', '10s', '--debug_fuse',
       '--config-file', file, 'b', '/m');
     expect(o.notices).toHaveLength(5);
     expect(o.notices.find((s) => s.startsWith('--rename-dir-limit'))).toMatch(/accepted for gcsfuse compatibility and ignored.*read-only/);
-    expect(o.notices.find((s) => s.startsWith('--prometheus-port'))).toMatch(/no effect yet/);
+    expect(o.notices.find((s) => s.startsWith('--log-rotate-max-file-size-mb'))).toMatch(/no effect yet/);
     expect(o.notices.find((s) => s.startsWith('--stat-cache-ttl'))).toMatch(/deprecated: use --metadata-cache-ttl-secs/);
     expect(o.notices.find((s) => s.startsWith('--debug_fuse'))).toMatch(/ignored.*log-severity trace/);
     expect(o.notices.find((s) => s.includes("'file-system.temp-dir'"))).toMatch(/ignored/);

@@ -38,6 +38,8 @@ export class BlockSource {
   readonly blockSize: number;
   private readonly blocks = new Map<string, Pending<Buffer>>();
   private readonly wholes = new Map<string, Pending<Buffer>>();
+  /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
+  private readonly writing = new Map<string, Buffer>();
 
   constructor(private readonly deps: BlockSourceDeps) {
     this.blockSize = deps.blockSize;
@@ -65,6 +67,12 @@ export class BlockSource {
   private async load(meta: ObjectMeta, index: number, priority: Priority, pending: Pending<Buffer>): Promise<Buffer> {
     const { disk, metrics } = this.deps;
     const key = this.diskKey(meta, index);
+    const beingWritten = this.writing.get(`${meta.name}\0${meta.generation}\0${index}`);
+    if (beingWritten) {
+      metrics.inc('block_cache_hits');
+      metrics.inc('block_cache_hit_bytes', beingWritten.length);
+      return beingWritten;
+    }
     if (disk) {
       const cached = await disk.read(key);
       if (cached) {
@@ -101,7 +109,10 @@ export class BlockSource {
   private stored(meta: ObjectMeta, index: number, data: Buffer): void {
     this.deps.metrics.inc('block_fetches');
     this.deps.metrics.inc('block_fetch_bytes', data.length);
-    if (this.deps.disk) void this.deps.disk.write(this.diskKey(meta, index), data);
+    if (!this.deps.disk) return;
+    const key = `${meta.name}\0${meta.generation}\0${index}`;
+    this.writing.set(key, data);
+    void this.deps.disk.write(this.diskKey(meta, index), data).finally(() => this.writing.delete(key));
   }
 
   private diskKey(meta: ObjectMeta, index: number) {

@@ -50,6 +50,7 @@ export class DiskCache {
   private readonly madeDirs = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
   private health: Health = 'ok';
+  private readonly pendingWrites = new Set<Promise<void>>();
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
   ready: Promise<void> = Promise.resolve();
   private reconciled = true;
@@ -104,6 +105,11 @@ export class DiskCache {
     return join(this.cfg.dir, BLOCKS, key.slice(0, 2), key);
   }
 
+  /** Whether the index holds the block (not checked: a warm-up uses it to skip what is there). */
+  has(k: BlockKey): boolean {
+    return this.index.has(blockFileKey(k));
+  }
+
   /** The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses. */
   async read(k: BlockKey): Promise<Buffer | null> {
     const key = blockFileKey(k);
@@ -137,7 +143,19 @@ export class DiskCache {
    * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
    * file without a row (removed by reconciliation) and never a row that names a half-written file.
    */
-  async write(k: BlockKey, data: Buffer): Promise<void> {
+  write(k: BlockKey, data: Buffer): Promise<void> {
+    const p = this.writeNow(k, data);
+    this.pendingWrites.add(p);
+    void p.finally(() => this.pendingWrites.delete(p));
+    return p;
+  }
+
+  /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
+  async drain(): Promise<void> {
+    while (this.pendingWrites.size > 0) await Promise.allSettled([...this.pendingWrites]);
+  }
+
+  private async writeNow(k: BlockKey, data: Buffer): Promise<void> {
     if (this.closed || this.health === 'unwritable' || data.length > this.limitBytes) return;
     if (this.health === 'full' && Date.now() - this.fullSince < 30_000) return;
     const key = blockFileKey(k);

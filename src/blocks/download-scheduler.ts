@@ -30,6 +30,11 @@ export class DownloadScheduler {
 
   constructor(private readonly limits: SchedulerLimits) {}
 
+  /** Range GETs allowed in flight across all objects. */
+  get limit(): number {
+    return this.limits.global;
+  }
+
   get inFlight(): number {
     return this.running;
   }

@@ -4,18 +4,12 @@ import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
 import { EXIT, UserError } from './exit.js';
+import { formatBytes } from './format.js';
 
 const USAGE = 'usage: gcsmount cache info|verify|clear --cache-dir DIR [--json]';
 
-function formatBytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let u = 0;
-  while (v >= 1024 && u < units.length - 1) {
-    v /= 1024;
-    u++;
-  }
-  return u === 0 ? `${n} B` : `${v.toFixed(2)} ${units[u]} (${n} bytes)`;
+function bytesAndExact(n: number): string {
+  return n < 1024 ? `${n} B` : `${formatBytes(n)} (${n} bytes)`;
 }
 
 function parse(args: string[]): { action: 'info' | 'verify' | 'clear'; dir: string; json: boolean } {
@@ -35,28 +29,48 @@ function parse(args: string[]): { action: 'info' | 'verify' | 'clear'; dir: stri
 }
 
 /**
- * `gcsmount cache info|verify|clear`: the block cache of a directory no daemon is using. They take the
- * index's lock like a daemon does, so none of them can run under a live mount.
+ * Opens the block cache of a stopped mount, reconciled. It takes the index's lock like a daemon does,
+ * so under a live mount it refuses, with one line.
  */
-export async function runCache(args: string[]): Promise<number> {
-  const { action, dir, json } = parse(args);
+async function openStoppedCache(dir: string): Promise<DiskCache> {
   const st = await fsp.stat(dir).catch(() => null);
   if (!st?.isDirectory()) throw new UserError(`cache dir ${dir} does not exist`, EXIT.cacheDir);
   let cache: DiskCache;
   try {
     cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
   } catch (err) {
-    if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by a running gcsmount; stop it first (gcsmount stats shows a live mount's cache)`, EXIT.cacheDir);
+    if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by a running gcsmount; stop it first, or run gcsmount stats MOUNTPOINT for its live figures`, EXIT.cacheDir);
     throw new UserError(`cache dir ${dir} cannot be opened: ${(err as Error).message}`, EXIT.cacheDir);
   }
+  await cache.ready;
+  return cache;
+}
+
+/** What the index of a stopped mount's cache says. */
+export async function cacheInfo(dir: string): Promise<{ dir: string; bytes: number; blocks: number; objects: number }> {
+  const cache = await openStoppedCache(dir);
   try {
-    await cache.ready;
+    const { bytes, blocks, objects } = cache.info();
+    return { dir, bytes, blocks, objects };
+  } finally {
+    cache.close();
+  }
+}
+
+/**
+ * `gcsmount cache info|verify|clear`: the block cache of a directory no daemon is using. They take the
+ * index's lock like a daemon does, so none of them can run under a live mount.
+ */
+export async function runCache(args: string[]): Promise<number> {
+  const { action, dir, json } = parse(args);
+  const cache = await openStoppedCache(dir);
+  try {
     let result: Record<string, unknown>;
     if (action === 'info') {
       const i = cache.info();
       result = { dir: i.dir, bytes: i.bytes, blocks: i.blocks, objects: i.objects };
       if (!json) {
-        process.stdout.write(`cache dir  ${i.dir}\nsize       ${formatBytes(i.bytes)}\nblocks     ${i.blocks}\nobjects    ${i.objects}\n`);
+        process.stdout.write(`cache dir  ${i.dir}\nsize       ${bytesAndExact(i.bytes)}\nblocks     ${i.blocks}\nobjects    ${i.objects}\n`);
       }
     } else if (action === 'verify') {
       const v = await cache.verify();
@@ -66,7 +80,7 @@ export async function runCache(args: string[]): Promise<number> {
       const before = cache.info();
       await cache.clear();
       result = { dir, removedBlocks: before.blocks, removedBytes: before.bytes };
-      if (!json) process.stdout.write(`removed ${before.blocks} blocks, ${formatBytes(before.bytes)}\n`);
+      if (!json) process.stdout.write(`removed ${before.blocks} blocks, ${bytesAndExact(before.bytes)}\n`);
     }
     if (json) process.stdout.write(`${JSON.stringify(result)}\n`);
   } finally {

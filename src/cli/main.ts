@@ -2,11 +2,17 @@ import { EXIT, UserError } from './exit.js';
 import { runCache } from './cache-command.js';
 import { runMount } from './mount-command.js';
 import { formatHelp } from './options.js';
+import { runStats } from './stats-command.js';
 import { runUnmount } from './unmount-command.js';
+import { runWait } from './wait-command.js';
+import { runWarm } from './warm-command.js';
 
 const SUBCOMMANDS: Record<string, (args: string[]) => Promise<number>> = {
   unmount: runUnmount,
   cache: runCache,
+  stats: runStats,
+  warm: runWarm,
+  wait: runWait,
   emulator: async (args) => (await import('../emulator/cli.js')).runEmulatorCli(args),
 };
 

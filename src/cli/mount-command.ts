@@ -2,7 +2,7 @@ import type { FuseMount } from '../fs/mount.js';
 import { CredentialsError } from '../gcs/auth.js';
 import { GcsError } from '../gcs/errors.js';
 import { MountPointError } from '../fs/mount.js';
-import { createLogger, severityFrom, type Logger } from '../observe/logger.js';
+import { createLogger, severityFrom } from '../observe/logger.js';
 import { daemonize, reportToParent } from './daemon.js';
 import { EXIT, UserError } from './exit.js';
 import { parseMountArgs, type MountOptions } from './options.js';
@@ -37,8 +37,13 @@ function asUserError(err: unknown, bucket: string): UserError | null {
 }
 
 async function runForeground(opts: MountOptions): Promise<number> {
-  const log: Logger = createLogger({ severity: severityFrom(opts.values['log-severity']), file: opts.values['log-file'] || null });
+  const { log, reopen } = createLogger({ severity: severityFrom(opts.values['log-severity']), file: opts.values['log-file'] || null });
   for (const notice of opts.notices) log.warn({ notice }, notice);
+  // logrotate moves the file and sends SIGHUP: write to a fresh file from here on.
+  process.on('SIGHUP', () => {
+    reopen();
+    log.info('log file reopened');
+  });
 
   // Signals are taken from the first moment: one that arrives while mounting is acted on once the
   // mount is up, so it still ends in a clean unmount rather than the default kill.

@@ -348,22 +348,9 @@ function noticeFor(param: Param, source: ValueSource): string | undefined {
  */
 export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): MountOptions {
   const { flags, positionals } = parseArgv(argv);
-
-  if (positionals.length === 0) throw new OptionError('missing BUCKET and MOUNTPOINT; usage: gcsmount [flags] BUCKET MOUNTPOINT');
-  if (positionals.length === 1) {
-    throw new OptionError(
-      `missing MOUNTPOINT after ${JSON.stringify(positionals[0])}; usage: gcsmount [flags] BUCKET MOUNTPOINT (mounting all buckets is not supported)`,
-    );
-  }
   if (positionals.length > 2) {
     throw new OptionError(`unexpected extra argument ${JSON.stringify(positionals[2])}; usage: gcsmount [flags] BUCKET MOUNTPOINT`);
   }
-  const [bucket, mountPoint] = positionals as [string, string];
-  if (bucket === '_') {
-    throw new OptionError("BUCKET '_' (gcsfuse dynamic mounting of all buckets) is not supported; name one bucket");
-  }
-  if (bucket === '') throw new OptionError('BUCKET must not be empty');
-  if (mountPoint === '') throw new OptionError('MOUNTPOINT must not be empty');
 
   const configFile = flags.get('config-file') as string | undefined;
   const fromConfig = configFile ? readConfigFile(expandPath(configFile, env)) : new Map<string, unknown>();
@@ -393,6 +380,20 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
       if (n) notices.push(n);
     }
   }
+
+  // BUCKET and MOUNTPOINT may also come from the config file (one file per systemd unit instance).
+  const bucket = positionals[0] ?? (values['bucket'] as string);
+  const mountPoint = positionals[1] ?? (values['mount-point'] as string);
+  if (!bucket && !mountPoint) throw new OptionError('missing BUCKET and MOUNTPOINT; usage: gcsmount [flags] BUCKET MOUNTPOINT');
+  if (!mountPoint) {
+    throw new OptionError(
+      `missing MOUNTPOINT after ${JSON.stringify(bucket)}; usage: gcsmount [flags] BUCKET MOUNTPOINT (mounting all buckets is not supported)`,
+    );
+  }
+  if (bucket === '_') {
+    throw new OptionError("BUCKET '_' (gcsfuse dynamic mounting of all buckets) is not supported; name one bucket");
+  }
+  if (!bucket) throw new OptionError('BUCKET must not be empty');
 
   if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
     notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');
@@ -456,7 +457,10 @@ function marker(p: Param): string {
 // Only commands that exist: each later one joins this list when it lands.
 const SUBCOMMANDS: readonly (readonly [string, string])[] = [
   ['gcsmount [flags] BUCKET MOUNTPOINT', 'mount BUCKET read-only at MOUNTPOINT'],
+  ['gcsmount stats [MOUNTPOINT] [--json] [--watch [SECONDS]] [--cache-dir DIR]', "what a mount's caches and downloads are doing"],
+  ['gcsmount warm MOUNTPOINT PATH...', 'download everything under PATH into the block cache'],
   ['gcsmount unmount MOUNTPOINT', 'unmount and stop the daemon'],
+  ['gcsmount wait (MOUNTPOINT | --config-file FILE) [--timeout SECONDS]', 'exit 0 once the mount answers (systemd readiness)'],
   ['gcsmount cache info|verify|clear --cache-dir DIR [--json]', 'inspect, check or empty the block cache of a stopped mount'],
   ['gcsmount emulator --root DIR [--port N]', 'serve DIR as a local GCS emulator'],
 ];

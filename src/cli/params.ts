@@ -57,6 +57,24 @@ const MAX_TTL_SECS = 9_223_372_036;
 export const PARAMS = [
   // ---------------------------------------------------------------- Mounting
   {
+    flag: 'bucket',
+    configKey: 'gcsmount.bucket',
+    type: 'string',
+    default: '',
+    help: 'gcsmount: the bucket, when BUCKET is not on the command line (a config file per systemd unit)',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
+    flag: 'mount-point',
+    configKey: 'gcsmount.mount-point',
+    type: 'string',
+    default: '',
+    help: 'gcsmount: where to mount, when MOUNTPOINT is not on the command line',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
     flag: 'config-file',
     configKey: null,
     type: 'string',
@@ -596,7 +614,7 @@ export const PARAMS = [
     default: 0,
     help: 'Serve Prometheus metrics on this port at /metrics; 0 = off',
     group: 'Logging and metrics',
-    effect: 'planned',
+    effect: 'effective',
     min: 0,
     max: 65535,
   },

@@ -6,6 +6,10 @@ import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
+import { warm } from '../fs/warmer.js';
+import { startControlServer, type MountInfo } from '../observe/control-server.js';
+import { startPrometheus } from '../observe/prometheus.js';
+import { socketPathFor } from '../observe/runtime-dir.js';
 import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
@@ -114,7 +118,8 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     metrics,
   );
   const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
-  const namespace = new Namespace({ client, names: new NameMapper(v['only-dir'] || null), cache, listTtlMs, once, metrics });
+  const names = new NameMapper(v['only-dir'] || null);
+  const namespace = new Namespace({ client, names, cache, listTtlMs, once, metrics });
   const { ops } = createOperations({
     namespace,
     blocks,
@@ -152,15 +157,55 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     await client.close();
     throw err;
   }
+
+  const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? v['cache-dir'] : null };
+  const control = await startControlServer(
+    socketPathFor(mountPoint),
+    {
+      info: () => info,
+      stats: () => statsReport(info, metrics),
+      warm: (path, progress, signal) => {
+        if (!disk) throw new Error('this mount has no --cache-dir: there is nothing to warm into');
+        return warm({ client, names, blocks, disk, parallel: Math.min(64, Math.max(4, scheduler.limit)) }, path, progress, signal);
+      },
+    },
+    log,
+  );
+  const prometheus = v['prometheus-port'] > 0 ? await startPrometheus(metrics, v['prometheus-port']) : null;
+  if (prometheus) log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
+
   return {
     mount,
     metrics,
     async stop() {
       await mount.unmount();
+      await control.close();
+      await prometheus?.close();
+      await disk?.drain();
       disk?.close();
       await client.close();
       log.info({ metrics: metrics.snapshot() }, 'final counters');
     },
+  };
+}
+
+/** What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first. */
+function statsReport(info: MountInfo, metrics: Metrics) {
+  const snap = metrics.snapshot();
+  const c = snap.counters;
+  const blocksRead = c.block_cache_hits + c.block_cache_misses;
+  return {
+    ...info,
+    uptimeSeconds: snap.uptimeSeconds,
+    summary: {
+      blockCacheHitRatio: blocksRead ? c.block_cache_hits / blocksRead : null,
+      bytesFromCache: c.block_cache_hit_bytes,
+      bytesFetched: c.block_fetch_bytes,
+      gcsRequests: c.gcs_requests_bucket + c.gcs_requests_list + c.gcs_requests_metadata + c.gcs_requests_media,
+    },
+    counters: c,
+    gauges: snap.gauges,
+    fuseOps: snap.ops,
   };
 }
 
@@ -174,7 +219,12 @@ function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskC
   const limit = getSizeLimit(opts, 'file-cache-max-size-mb');
   if (!dir || limit.kind === 'off') return null;
   try {
-    mkdirSync(dir, { recursive: true });
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch {
+      // Node's recursive mkdir says ENOENT on a read-only file system; a plain one tells the real cause.
+      mkdirSync(dir);
+    }
     return DiskCache.open({ dir, limit, ...DEFAULT_DISK_CACHE }, log, metrics);
   } catch (err) {
     if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);

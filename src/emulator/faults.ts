@@ -21,9 +21,11 @@ export interface EmulatorKnobs {
   seed: number;
   /** Every media request answers this status (e.g. 403, 404), for permanent-error tests. */
   failMedia: { status: number } | null;
+  /** Every API request is accepted and never answered (an endpoint that hangs), until the client gives up. */
+  stall: boolean;
 }
 
-export type InjectedFault = '429' | '503' | 'reset' | 'short';
+export type InjectedFault = '429' | '503' | 'reset' | 'short' | 'stall';
 
 export const DEFAULT_KNOBS: EmulatorKnobs = {
   latencyMs: 0,
@@ -36,6 +38,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   pageSize: 1000,
   seed: 1,
   failMedia: null,
+  stall: false,
 };
 
 const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate'] as const;
@@ -80,6 +83,7 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
     }
   }
   // An explicit `undefined` means "not given", not "clear this knob".
+  if (src.stall !== undefined && typeof src.stall !== 'boolean') throw new Error('stall must be true or false');
   return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
 }
 

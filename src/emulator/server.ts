@@ -92,6 +92,13 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     });
     const ctx = new RequestContext(req, res, query, route.bucket, route.object, entry, faults.knobs, shared, finish);
     try {
+      if (ctx.knobs.stall) {
+        entry.injected = 'stall';
+        // Until the client hangs up: the socket closing is the one signal that always comes.
+        await new Promise((resolve) => (req.socket.destroyed ? resolve(undefined) : req.socket.once('close', resolve)));
+        if (!res.writableEnded) res.destroy();
+        return;
+      }
       if (ctx.knobs.latencyMs > 0) await sleep(ctx.knobs.latencyMs);
       const injected = faults.rollStatus();
       if (injected) {

@@ -3,6 +3,7 @@ import type { FuseOps, FuseStatfs } from 'fuse-native';
 import type { BlockSource } from '../blocks/block-source.js';
 import { HandleReader, type HandleReaderConfig } from '../blocks/handle-reader.js';
 import { isGcsError } from '../gcs/errors.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Namespace } from '../namespace/namespace.js';
@@ -51,15 +52,26 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
     return errno;
   };
 
+  /**
+   * Every file size the kernel is told goes through here: the kernel clamps reads to it for the
+   * attribute timeout, so the next open must read the generation it belongs to.
+   */
+  const fileAttributes = (path: string, meta: ObjectMeta) => {
+    handles.reportedToKernel(path, meta);
+    return statFor({ kind: 'file', meta }, deps.attributes);
+  };
+
   const ops: FuseOps = {
     statfs: (_path, cb) => cb(0, STATFS),
 
     getattr: (path, cb) => {
-      metrics.inc('fuse_getattr');
-      const pinned = handles.pinned(path);
-      if (pinned) return cb(0, statFor({ kind: 'file', meta: pinned }, deps.attributes));
+      if (handles.pinned(path)) return cb(0, fileAttributes(path, handles.pinned(path)!));
       namespace.lookup(path).then(
-        (entry) => (entry ? cb(0, statFor(entry, deps.attributes)) : cb(Errno.ENOENT)),
+        (entry) => {
+          if (!entry) return cb(Errno.ENOENT);
+          // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
+          cb(0, entry.kind === 'file' ? fileAttributes(path, handles.pinned(path) ?? entry.meta) : statFor(entry, deps.attributes));
+        },
         (err) => cb(fail('getattr', path, err, errnoFor(err))),
       );
     },
@@ -68,11 +80,10 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
       const reader = handles.get(fd);
       if (!reader) return ops.getattr!(path, cb);
       // An open file keeps showing the generation it pinned.
-      cb(0, statFor({ kind: 'file', meta: reader.meta }, deps.attributes));
+      cb(0, fileAttributes(path, reader.meta));
     },
 
     readdir: (path, cb) => {
-      metrics.inc('fuse_readdir');
       namespace.readdir(path).then(
         (entries) => cb(0, ['.', '..', ...entries.map((e) => e.name)]),
         (err) => cb(fail('readdir', path, err, errnoFor(err))),
@@ -80,21 +91,18 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
     },
 
     open: (path, flags, cb) => {
-      metrics.inc('fuse_open');
       if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return cb(Errno.EROFS);
       namespace.lookup(path).then(
         (entry) => {
           if (!entry) return cb(Errno.ENOENT);
           if (entry.kind === 'dir') return cb(Errno.EISDIR);
-          const meta = handles.pinned(path) ?? entry.meta;
-          cb(0, handles.add(path, new HandleReader(deps.blocks, meta, deps.reader)));
+          cb(0, handles.add(path, new HandleReader(deps.blocks, handles.generationFor(path, entry.meta), deps.reader)));
         },
         (err) => cb(fail('open', path, err, errnoFor(err))),
       );
     },
 
     read: (path, fd, buf, len, pos, cb) => {
-      metrics.inc('fuse_read');
       const reader = handles.get(fd);
       if (!reader) return cb(Errno.EBADF);
       // fuse-native detaches `buf` once we answer: fill it before the callback and keep no reference.
@@ -105,6 +113,8 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
       const failed = (err: unknown): void => {
         // The pinned generation is gone: this open file cannot go on (it must never mix generations),
         // but the next open should see the object as it is now.
+        // What the kernel was told about the path stays as it is: it keeps that size until its attribute
+        // timeout, and until then an open must read the generation the size belongs to (or fail).
         if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
         cb(fail('read', path, err, Errno.EIO));
       };
@@ -139,5 +149,25 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
     setxattr: readOnly,
     removexattr: readOnly,
   };
-  return { ops, handles };
+  return { ops: timed(ops, metrics), handles };
+}
+
+/**
+ * Every operation timed from the kernel's request to our answer, by name; the first callback argument
+ * is the errno (or, for read, the byte count), negative on failure.
+ */
+function timed(ops: FuseOps, metrics: Metrics): FuseOps {
+  const out: Record<string, unknown> = {};
+  for (const [name, op] of Object.entries(ops) as [string, (...args: unknown[]) => void][]) {
+    out[name] = (...args: unknown[]) => {
+      const t0 = performance.now();
+      const cb = args[args.length - 1] as (first: number, ...rest: unknown[]) => void;
+      args[args.length - 1] = (first: number, ...rest: unknown[]) => {
+        metrics.observeOp(name, performance.now() - t0, first < 0);
+        cb(first, ...rest);
+      };
+      op(...args);
+    };
+  }
+  return out as FuseOps;
 }

@@ -27,10 +27,12 @@ export interface LoggerConfig {
   file: string | null;
 }
 
-export function createLogger(cfg: LoggerConfig): Logger {
+/** A logger, and how to reopen its file after logrotate moved it (on SIGHUP). */
+export function createLogger(cfg: LoggerConfig): { log: Logger; reopen(): void } {
   // Synchronous writes: a daemon that is SIGKILLed should leave its last lines in the log.
   const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true });
-  return pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, dest);
+  const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, dest);
+  return { log, reopen: () => (cfg.file ? dest.reopen() : undefined) };
 }
 
 export const silentLogger: Logger = pino({ level: 'silent' });

@@ -11,10 +11,6 @@ export const COUNTERS = {
   gcs_retries: 'GCS requests retried',
   gcs_throttled: 'GCS responses with status 429',
   gcs_errors: 'GCS requests that failed for good',
-  fuse_getattr: 'FUSE getattr operations',
-  fuse_readdir: 'FUSE readdir operations',
-  fuse_open: 'FUSE open operations',
-  fuse_read: 'FUSE read operations',
   fuse_read_bytes: 'bytes returned by FUSE reads',
   fuse_errors: 'FUSE operations answered with an error',
   meta_stat_hits: 'lookups answered by the stat cache',
@@ -54,15 +50,50 @@ export const GAUGES = {
 export type CounterName = keyof typeof COUNTERS;
 export type GaugeName = keyof typeof GAUGES;
 
+/** Upper bounds (ms) of the latency buckets kept per FUSE operation. */
+export const LATENCY_BUCKETS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, Number.POSITIVE_INFINITY];
+
+export interface OpStats {
+  count: number;
+  errors: number;
+  totalMs: number;
+  maxMs: number;
+  /** Observations per LATENCY_BUCKETS_MS bucket, for the quantiles `gcsmount stats` shows. */
+  buckets: number[];
+}
+
+export interface OpSummary {
+  count: number;
+  errors: number;
+  avgMs: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
 export interface MetricsSnapshot {
   uptimeSeconds: number;
   counters: Record<CounterName, number>;
   gauges: Partial<Record<GaugeName, number>>;
+  /** FUSE operations by name. */
+  ops: Record<string, OpSummary>;
+}
+
+/** The bucket bound below which a fraction q of the observations fall: coarse, honest about it. */
+function quantile(op: OpStats, q: number): number {
+  const rank = q * op.count;
+  let seen = 0;
+  for (let i = 0; i < op.buckets.length; i++) {
+    seen += op.buckets[i]!;
+    if (seen >= rank) return Math.min(LATENCY_BUCKETS_MS[i]!, op.maxMs);
+  }
+  return op.maxMs;
 }
 
 export class Metrics {
   private readonly values: Record<CounterName, number>;
   private readonly gauges = new Map<GaugeName, () => number>();
+  private readonly ops = new Map<string, OpStats>();
   private readonly startedAt = Date.now();
 
   constructor() {
@@ -77,6 +108,27 @@ export class Metrics {
     return this.values[name];
   }
 
+  /** Records one FUSE operation's latency. */
+  observeOp(op: string, ms: number, failed: boolean): void {
+    let s = this.ops.get(op);
+    if (!s) {
+      s = { count: 0, errors: 0, totalMs: 0, maxMs: 0, buckets: LATENCY_BUCKETS_MS.map(() => 0) };
+      this.ops.set(op, s);
+    }
+    s.count++;
+    if (failed) s.errors++;
+    s.totalMs += ms;
+    if (ms > s.maxMs) s.maxMs = ms;
+    let i = 0;
+    while (ms > LATENCY_BUCKETS_MS[i]!) i++;
+    s.buckets[i]!++;
+  }
+
+  /** Raw per-operation figures, for Prometheus. */
+  opStats(): ReadonlyMap<string, OpStats> {
+    return this.ops;
+  }
+
   /** Registers how to read a gauge; the component that owns the value owns the reading. */
   setGauge(name: GaugeName, read: () => number): void {
     this.gauges.set(name, read);
@@ -85,6 +137,10 @@ export class Metrics {
   snapshot(): MetricsSnapshot {
     const gauges: Partial<Record<GaugeName, number>> = {};
     for (const [name, read] of this.gauges) gauges[name] = read();
-    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters: { ...this.values }, gauges };
+    const ops: Record<string, OpSummary> = {};
+    for (const [name, o] of this.ops) {
+      ops[name] = { count: o.count, errors: o.errors, avgMs: o.count ? o.totalMs / o.count : 0, p50Ms: quantile(o, 0.5), p99Ms: quantile(o, 0.99), maxMs: o.maxMs };
+    }
+    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters: { ...this.values }, gauges, ops };
   }
 }

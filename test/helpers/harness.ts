@@ -138,4 +138,14 @@ export async function eventually(predicate: () => Promise<boolean>, timeoutMs = 
   }
 }
 
+/** The counters a daemon logs when it stops (its `final counters` line). */
+export async function finalCounters(logFile: string): Promise<Record<string, number>> {
+  let line: string | undefined;
+  await eventually(async () => {
+    line = (await fsp.readFile(logFile, 'utf8')).split('\n').reverse().find((l) => l.includes('"final counters"'));
+    return line !== undefined;
+  });
+  return (JSON.parse(line!) as { metrics: { counters: Record<string, number> } }).metrics.counters;
+}
+
 export { isMounted };

@@ -1,0 +1,93 @@
+import { controlRequest } from '../observe/control-server.js';
+import type { OpSummary } from '../observe/metrics.js';
+import { allSockets, socketPathFor } from '../observe/runtime-dir.js';
+import { cacheInfo } from './cache-command.js';
+import { EXIT, UserError } from './exit.js';
+import { formatBytes, formatCount, formatDuration } from './format.js';
+
+const USAGE = 'usage: gcsmount stats [MOUNTPOINT] [--json] [--watch [SECONDS]] [--cache-dir DIR]';
+
+/** The daemon's /stats answer (see statsReport in wiring.ts). */
+interface StatsReport {
+  mountPoint: string;
+  bucket: string;
+  pid: number;
+  cacheDir: string | null;
+  uptimeSeconds: number;
+  summary: { blockCacheHitRatio: number | null; bytesFromCache: number; bytesFetched: number; gcsRequests: number };
+  counters: Record<string, number>;
+  gauges: Record<string, number>;
+  fuseOps: Record<string, OpSummary>;
+}
+
+interface StatsArgs {
+  mountPoint: string | null;
+  json: boolean;
+  watchSeconds: number | null;
+  cacheDir: string | null;
+}
+
+function parse(args: string[]): StatsArgs {
+  const out: StatsArgs = { mountPoint: null, json: false, watchSeconds: null, cacheDir: null };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--json') out.json = true;
+    else if (a === '--watch') {
+      const n = Number(args[i + 1]);
+      out.watchSeconds = args[i + 1] !== undefined && Number.isFinite(n) && n > 0 ? (i++, n) : 2;
+    } else if (a === '--cache-dir' && args[i + 1] !== undefined) out.cacheDir = args[++i]!;
+    else if (!a.startsWith('-') && out.mountPoint === null) out.mountPoint = a;
+    else throw new UserError(`unexpected argument ${a}; ${USAGE}`, EXIT.usage);
+  }
+  return out;
+}
+
+function table(r: StatsReport): string {
+  const c = r.counters;
+  const g = r.gauges;
+  const ratio = r.summary.blockCacheHitRatio === null ? 'n/a' : `${(100 * r.summary.blockCacheHitRatio).toFixed(1)}%`;
+  const limit = g.block_cache_limit_bytes === undefined ? ' (no disk cache)' : g.block_cache_limit_bytes < 0 ? ' (no limit)' : ` of ${formatBytes(g.block_cache_limit_bytes)}`;
+  const lines = [
+    `${r.mountPoint}  (bucket ${r.bucket}, pid ${r.pid}, up ${formatDuration(r.uptimeSeconds)}${r.cacheDir ? `, cache ${r.cacheDir}` : ''})`,
+    `  block cache   hit ratio ${ratio}   from cache ${formatBytes(c.block_cache_hit_bytes!)} (${formatCount(c.block_cache_hits!)} blocks)   fetched ${formatBytes(c.block_fetch_bytes!)} (${formatCount(c.block_fetches!)} blocks)`,
+    `                used ${formatBytes(g.block_cache_bytes ?? 0)}${limit} (${formatCount(g.block_cache_blocks ?? 0)} blocks)   evictions ${formatCount(c.block_cache_evictions!)} (${formatBytes(c.block_cache_evicted_bytes!)})`,
+    `                dropped: corrupt ${c.block_cache_corrupt}  short ${c.block_cache_short}  missing ${c.block_cache_missing}   write errors ${c.block_cache_write_errors}`,
+    `  downloads     in flight ${g.downloads_in_flight ?? 0}   queued ${g.downloads_queued ?? 0}   readahead blocks ${g.readahead_blocks ?? 0}   concurrency limit ${g.gcs_concurrency_limit ?? '-'}   open files ${g.open_files ?? 0}`,
+    `  GCS requests  list ${formatCount(c.gcs_requests_list!)}  metadata ${formatCount(c.gcs_requests_metadata!)}  media ${formatCount(c.gcs_requests_media!)}  bucket ${c.gcs_requests_bucket}   retries ${formatCount(c.gcs_retries!)}   429s ${formatCount(c.gcs_throttled!)}   errors ${formatCount(c.gcs_errors!)}`,
+    `  metadata      stat hits ${formatCount(c.meta_stat_hits!)}  type hits ${formatCount(c.meta_type_hits!)}  negative hits ${formatCount(c.meta_negative_hits!)}  listing hits ${formatCount(c.meta_list_hits!)}  misses ${formatCount(c.meta_misses! + c.meta_list_misses!)}`,
+    `  FUSE          ${'op'.padEnd(12)}${'count'.padStart(12)}${'errors'.padStart(8)}${'avg ms'.padStart(9)}${'p50'.padStart(8)}${'p99'.padStart(8)}${'max'.padStart(9)}`,
+  ];
+  for (const [op, s] of Object.entries(r.fuseOps).sort((a, b) => b[1].count - a[1].count)) {
+    lines.push(`                ${op.padEnd(12)}${formatCount(s.count).padStart(12)}${String(s.errors).padStart(8)}${s.avgMs.toFixed(2).padStart(9)}${s.p50Ms.toFixed(1).padStart(8)}${s.p99Ms.toFixed(1).padStart(8)}${s.maxMs.toFixed(1).padStart(9)}`);
+  }
+  return lines.join('\n');
+}
+
+async function collect(a: StatsArgs): Promise<StatsReport[]> {
+  if (a.mountPoint) {
+    const r = await controlRequest<StatsReport>(socketPathFor(a.mountPoint), '/stats');
+    if (!r) throw new UserError(`no gcsmount daemon answers for ${a.mountPoint}`, EXIT.mountPoint);
+    return [r];
+  }
+  const all = await Promise.all((await allSockets()).map((s) => controlRequest<StatsReport>(s, '/stats')));
+  return all.filter((r): r is StatsReport => r !== null);
+}
+
+/** `gcsmount stats`: what a running mount's caches and downloads are doing. */
+export async function runStats(args: string[]): Promise<number> {
+  const a = parse(args);
+  if (a.cacheDir && !a.mountPoint) {
+    const info = await cacheInfo(a.cacheDir);
+    process.stdout.write(a.json ? `${JSON.stringify(info)}\n` : `${info.dir}  (no daemon)\n  block cache   used ${formatBytes(info.bytes)} in ${formatCount(info.blocks)} blocks of ${formatCount(info.objects)} objects\n`);
+    return EXIT.ok;
+  }
+  for (;;) {
+    const reports = await collect(a);
+    if (!a.mountPoint && reports.length === 0 && !a.watchSeconds) throw new UserError('no gcsmount daemon is running', EXIT.mountPoint);
+    const text = a.json ? JSON.stringify(a.mountPoint ? reports[0] : { mounts: reports }) : reports.map(table).join('\n\n');
+    if (a.watchSeconds && process.stdout.isTTY) process.stdout.write('\x1b[2J\x1b[H');
+    process.stdout.write(`${text}\n`);
+    if (!a.watchSeconds) return EXIT.ok;
+    await new Promise((r) => setTimeout(r, a.watchSeconds! * 1000));
+  }
+}

@@ -1,0 +1,98 @@
+import { promises as fsp } from 'node:fs';
+import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import type { Logger } from './logger.js';
+import { ensureRuntimeDir } from './runtime-dir.js';
+
+/** What a mount says about itself. */
+export interface MountInfo {
+  mountPoint: string;
+  bucket: string;
+  pid: number;
+  cacheDir: string | null;
+}
+
+/** A warm-up job's progress, streamed to the client one JSON line at a time. */
+export interface WarmProgress {
+  files: number;
+  filesDone: number;
+  bytes: number;
+  bytesDone: number;
+  bytesSkipped: number;
+  done: boolean;
+  error?: string;
+}
+
+export interface ControlHandlers {
+  info(): MountInfo;
+  stats(): unknown;
+  /** Warms `path` (a mount path), reporting progress; stops early when `signal` aborts. */
+  warm(path: string, progress: (p: WarmProgress) => void, signal: AbortSignal): Promise<void>;
+}
+
+/**
+ * The daemon's control socket: HTTP over a Unix socket, readable by its owner only (the folder is 0700,
+ * the socket 0600). GET /info, GET /stats, POST /warm?path=... (newline-delimited JSON progress).
+ */
+export async function startControlServer(socketPath: string, handlers: ControlHandlers, log: Logger): Promise<{ close(): Promise<void> }> {
+  await ensureRuntimeDir();
+  // A socket file left by a killed daemon would make listen fail with EADDRINUSE.
+  await fsp.rm(socketPath, { force: true });
+  const server: Server = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://control');
+    const json = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(`${JSON.stringify(body)}\n`);
+    };
+    if (req.method === 'GET' && url.pathname === '/info') return json(200, handlers.info());
+    if (req.method === 'GET' && url.pathname === '/stats') return json(200, handlers.stats());
+    if (req.method === 'POST' && url.pathname === '/warm') {
+      const path = url.searchParams.get('path');
+      if (!path) return json(400, { error: 'path is required' });
+      const abort = new AbortController();
+      res.on('close', () => abort.abort());
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      const send = (p: WarmProgress) => res.writableEnded || res.write(`${JSON.stringify(p)}\n`);
+      handlers
+        .warm(path, send, abort.signal)
+        .catch((err: Error) => send({ files: 0, filesDone: 0, bytes: 0, bytesDone: 0, bytesSkipped: 0, done: true, error: err.message }))
+        .finally(() => res.end());
+      return;
+    }
+    json(404, { error: 'no such endpoint' });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, resolve);
+  });
+  await fsp.chmod(socketPath, 0o600);
+  log.debug({ socketPath }, 'control socket listening');
+  return {
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+        void fsp.rm(socketPath, { force: true });
+      }),
+  };
+}
+
+/** A client request to a control socket: the parsed JSON body, or null when no daemon answers there. */
+export function controlRequest<T>(socketPath: string, path: string, method = 'GET', timeoutMs = 5000): Promise<T | null> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath, path, method, timeout: timeoutMs }, (res: IncomingMessage) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        try {
+          resolve(JSON.parse(body) as T);
+        } catch {
+          resolve(null);
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(null));
+    req.end();
+  });
+}

@@ -1,0 +1,34 @@
+import { createHash } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+/**
+ * Where the control sockets live: one per mount, owner-only. /run/gcsmount for root (the systemd case),
+ * $XDG_RUNTIME_DIR/gcsmount or a per-user folder in /tmp otherwise; GCSMOUNT_RUNTIME_DIR overrides.
+ */
+export function runtimeDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.GCSMOUNT_RUNTIME_DIR) return env.GCSMOUNT_RUNTIME_DIR;
+  const uid = process.getuid?.() ?? 0;
+  if (uid === 0) return '/run/gcsmount';
+  return env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'gcsmount') : join(tmpdir(), `gcsmount-${uid}`);
+}
+
+/** The control socket of the mount at `mountPoint` (a short hash: socket paths are limited to 108 bytes). */
+export function socketPathFor(mountPoint: string, env: NodeJS.ProcessEnv = process.env): string {
+  const id = createHash('sha256').update(resolve(mountPoint)).digest('hex').slice(0, 16);
+  return join(runtimeDir(env), `${id}.sock`);
+}
+
+export async function ensureRuntimeDir(env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const dir = runtimeDir(env);
+  await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+  await fsp.chmod(dir, 0o700);
+  return dir;
+}
+
+export async function allSockets(env: NodeJS.ProcessEnv = process.env): Promise<string[]> {
+  const dir = runtimeDir(env);
+  const names = await fsp.readdir(dir).catch(() => [] as string[]);
+  return names.filter((n) => n.endsWith('.sock')).map((n) => join(dir, n));
+}

@@ -1,0 +1,151 @@
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { bytes, sha256 } from './helpers/objects.js';
+
+const MIB = 1024 * 1024;
+
+interface Stats {
+  mountPoint: string;
+  counters: Record<string, number>;
+  gauges: Record<string, number>;
+  fuseOps: Record<string, { count: number }>;
+  summary: { blockCacheHitRatio: number | null };
+}
+
+/** Prometheus text format, parsed strictly enough that a malformed line fails the test. */
+function parsePrometheus(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (-?[0-9.e+-]+|NaN|\+Inf|-Inf)$/.exec(line);
+    if (!m) throw new Error(`not Prometheus text: ${line}`);
+    out.set(m[1]!, Number(m[2]));
+  }
+  return out;
+}
+
+describe('operating a mount', () => {
+  let tb: TestBucket;
+  const files: Record<string, Buffer> = {};
+
+  beforeAll(async () => {
+    tb = await startBucket('ops');
+    for (let i = 0; i < 6; i++) files[`data/part-${i}.bin`] = bytes((i + 1) * MIB + 777, 50 + i);
+    files['data/deep/nested.bin'] = bytes(9 * MIB, 99);
+    await writeObjects(tb.root, tb.bucket, files);
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('reports in stats --json and on Prometheus exactly the requests the emulator saw', async () => {
+    const m = await mount({ tb, args: ['--cache-dir', await tempDir('cache'), '--prometheus-port', '19464'] });
+    tb.emulator.resetStats();
+    for (const n of Object.keys(files)) expect(await sha256Of(join(m.path, n))).toBe(sha256(files[n]!));
+    await run('ls', ['-lR', m.path]);
+    const seen = tb.emulator.stats().requests;
+    const r = await run(GCSMOUNT, ['stats', m.path, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse(r.stdout) as Stats;
+    expect(s.mountPoint).toBe(m.path);
+    // The daemon's bucket check at start-up happened before resetStats.
+    expect(s.counters.gcs_requests_list).toBe(seen.list);
+    expect(s.counters.gcs_requests_media).toBe(seen.media);
+    expect(s.counters.gcs_requests_metadata).toBe(seen.metadata);
+    expect(s.counters.block_fetches).toBeGreaterThan(0);
+    expect(s.fuseOps.read!.count).toBeGreaterThan(0);
+    expect(s.gauges.block_cache_bytes).toBe(s.counters.block_fetch_bytes);
+    const text = await (await fetch('http://127.0.0.1:19464/metrics')).text();
+    const prom = parsePrometheus(text);
+    expect(prom.get('gcsmount_gcs_requests_media_total')).toBe(seen.media);
+    expect(prom.get('gcsmount_gcs_requests_list_total')).toBe(seen.list);
+    expect(prom.get('gcsmount_block_cache_bytes')).toBe(s.gauges.block_cache_bytes);
+    expect(prom.get('gcsmount_fuse_operations_total{op="read"}')).toBeGreaterThanOrEqual(s.fuseOps.read!.count);
+    const table = await run(GCSMOUNT, ['stats']);
+    expect(table.stdout).toContain(m.path);
+    expect(table.stdout).toMatch(/hit ratio/);
+    await unmount(m.path);
+  });
+
+  it('warms the cache so that reading afterwards costs no media request, and a second warm downloads nothing', async () => {
+    const cacheDir = await tempDir('cache');
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    const w = await run(GCSMOUNT, ['warm', m.path, 'data']);
+    expect(w.code, w.stderr).toBe(0);
+    expect(w.stdout).toMatch(/7 files, .* downloaded, 0 B already cached/);
+    const again = await run(GCSMOUNT, ['warm', m.path, join(m.path, 'data')]);
+    expect(again.stdout).toMatch(/7 files, 0 B downloaded/);
+    tb.emulator.resetStats();
+    for (const n of Object.keys(files)) expect(await sha256Of(join(m.path, n))).toBe(sha256(files[n]!));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    await unmount(m.path);
+  });
+
+  it('on SIGTERM unmounts, leaves a consistent index, and starts warm again', async () => {
+    const cacheDir = await tempDir('cache');
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], foreground: true });
+    for (const n of Object.keys(files)) await sha256Of(join(m.path, n));
+    const exited = new Promise<number | null>((r) => m.daemon!.on('exit', (code) => r(code)));
+    m.daemon!.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(await isMounted(m.path)).toBe(false);
+    const verify = await run(GCSMOUNT, ['cache', 'verify', '--cache-dir', cacheDir, '--json']);
+    // 1-6 MiB files: 1 or 2 blocks each (9 blocks), the 9 MiB one 3: every downloaded block was kept.
+    expect(JSON.parse(verify.stdout)).toMatchObject({ checked: 12, dropped: 0 });
+    const again = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: m.path });
+    expect((await fsp.readFile(again.logFile, 'utf8'))).not.toContain('reconciled after an unclean stop');
+    tb.emulator.resetStats();
+    for (const n of Object.keys(files)) expect(await sha256Of(join(again.path, n))).toBe(sha256(files[n]!));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    await unmount(again.path);
+  });
+
+  it('takes its bucket, mountpoint and settings from a gcsfuse-style config file', async () => {
+    const mnt = await tempDir('mnt');
+    const config = join(await tempDir('conf'), 'mount.yaml');
+    const example = await fsp.readFile(join(REPO, 'systemd/example.yaml'), 'utf8');
+    // The shipped example, pointed at this test's emulator, mountpoint and cache.
+    await fsp.writeFile(
+      config,
+      example
+        .replace('bucket: my-era5-bucket', `bucket: ${tb.bucket}`)
+        .replace('mount-point: /mnt/era5', `mount-point: ${mnt}`)
+        .replace('cache-dir: /nvme/gcsmount/era5', `cache-dir: ${await tempDir('cache')}`)
+        .replace('gcs-connection:', `gcs-connection:\n  custom-endpoint: ${tb.emulator.url}`),
+    );
+    const r = await run(GCSMOUNT, ['--config-file', config]);
+    expect(r.code, r.stderr).toBe(0);
+    expect((await run(GCSMOUNT, ['wait', '--config-file', config, '--timeout', '10'])).code).toBe(0);
+    const st = await run('stat', ['-c', '%A %u %g', join(mnt, 'data/part-0.bin')]);
+    expect(st.stdout.trim()).toBe('-r--r--r-- 1000 1000');
+    expect((await run('stat', ['-c', '%A', join(mnt, 'data')])).stdout.trim()).toBe('dr-xr-xr-x');
+    await unmount(mnt);
+  });
+
+  it('ships a systemd unit that systemd-analyze verify accepts', async () => {
+    const dir = await tempDir('unit');
+    const unit = (await fsp.readFile(join(REPO, 'systemd/gcsmount@.service'), 'utf8')).replaceAll('/usr/local/bin/gcsmount', join(REPO, 'bin/gcsmount'));
+    await fsp.writeFile(join(dir, 'gcsmount@verify.service'), unit);
+    await fsp.mkdir('/etc/gcsmount', { recursive: true });
+    await fsp.copyFile(join(REPO, 'systemd/example.yaml'), '/etc/gcsmount/verify.yaml');
+    try {
+      const r = await run('systemd-analyze', ['verify', '--man=no', join(dir, 'gcsmount@verify.service')]);
+      expect(r.stderr).toBe('');
+      expect(r.code).toBe(0);
+    } finally {
+      await fsp.rm('/etc/gcsmount/verify.yaml', { force: true });
+    }
+  });
+
+  it('reopens its log file on SIGHUP, as logrotate expects', async () => {
+    const m = await mount({ tb, foreground: true });
+    await fsp.rename(m.logFile, `${m.logFile}.1`);
+    m.daemon!.kill('SIGHUP');
+    await eventually(async () => (await fsp.readFile(m.logFile, 'utf8').catch(() => '')).includes('log file reopened'));
+    await unmount(m.path);
+  });
+});
