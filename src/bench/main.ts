@@ -2,10 +2,12 @@ import { machine } from './harness.js';
 import { indexScenario, warmReadScenario } from './block-cache.js';
 import { dataPathScenario } from './data-path.js';
 import { metadataScenario } from './metadata.js';
+import { zarrScenario } from './zarr.js';
 
 /** `npm run bench [-- SCENARIO...]`: prints Markdown for bench/RESULTS.md. */
 const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> = {
   metadata: { title: 'Metadata: find -ls over 10,000 objects in 100 folders, 50 ms latency', run: metadataScenario },
+  zarr: { title: 'Zarr: open + load of a 1 GiB store', run: zarrScenario },
   'data-path': { title: 'Cold reads: sequential, many small files, random, against the download ceiling', run: dataPathScenario },
   index: { title: 'Block index: SQLite at 1,000,000 blocks', run: indexScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
