@@ -1,0 +1,217 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { startEmulator, type Emulator } from '../emulator/server.js';
+
+const GCSMOUNT = fileURLToPath(new URL('../../bin/gcsmount', import.meta.url));
+// The compiled reader, whether this module runs from dist/ or (under vitest) from src/.
+const READER = fileURLToPath(new URL('../../dist/torture/reader.js', import.meta.url));
+const MIB = 1024 * 1024;
+
+export interface TortureOptions {
+  seconds: number;
+  readers: number;
+  objects: number;
+  seed: number;
+  log?: (line: string) => void;
+}
+
+export interface TortureReport {
+  reads: number;
+  bytesCompared: number;
+  mismatches: number;
+  /** Reads that failed (EIO while retries ran out, ENOTCONN during a restart): allowed, never wrong. */
+  errors: number;
+  errorCodes: Record<string, number>;
+  /** Reads of a generation older than the ones still kept for comparison: neither right nor wrong. */
+  unverifiable: number;
+  faultsInjected: Record<string, number>;
+  replacements: number;
+  restarts: number;
+  latencySpikes: number;
+  pageCacheDrops: number;
+  mismatchSamples: string[];
+}
+
+/** Every generation of one object that a reader may still have open, newest last. */
+const KEEP_GENERATIONS = 4;
+
+interface ReadLine {
+  name: string;
+  offset: number;
+  length: number;
+  got?: number;
+  sha?: string;
+  chunks?: string[];
+  error?: string;
+}
+
+const CHUNK = 64 * 1024;
+
+/** Which generation each 64 KiB piece of a wrong read matches (-1: none), for the mismatch report. */
+function anatomy(r: ReadLine, versions: readonly Buffer[]): string {
+  const parts = (r.chunks ?? []).map((h, i) => {
+    const at = r.offset + i * CHUNK;
+    for (let v = versions.length - 1; v >= 0; v--) {
+      const piece = versions[v]!.subarray(at, Math.min(at + CHUNK, r.offset + r.got!));
+      if (piece.length > 0 && sha(piece).slice(0, 16) === h) return v;
+    }
+    return -1;
+  });
+  const runs: string[] = [];
+  for (let i = 0; i < parts.length; ) {
+    let j = i;
+    while (j < parts.length && parts[j] === parts[i]) j++;
+    runs.push(`${(r.offset + i * CHUNK).toString(16)}+${(j - i) * 64}KiB:v${parts[i]}`);
+    i = j;
+  }
+  return `sizes ${versions.map((v) => v.length).join('/')}; ${runs.join(' ')}`;
+}
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/**
+ * The differential torture test: readers in other processes read random ranges of random objects through
+ * the mount, and every byte is compared with the source, while the emulator injects 429s, 503s,
+ * connection resets, short bodies and latency spikes, objects are replaced by new generations, the cache
+ * is small enough to evict all the time, and the daemon is SIGKILLed and started again.
+ */
+export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
+  const log = opts.log ?? (() => undefined);
+  const dir = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-torture-'));
+  const bucket = 'torture';
+  const root = join(dir, 'root');
+  const mnt = join(dir, 'mnt');
+  const cacheDir = join(dir, 'cache');
+  await fsp.mkdir(join(root, bucket, 'data'), { recursive: true });
+  await fsp.mkdir(mnt);
+
+  // Sizes from 1 B to 20 MiB: one block, several blocks, whole-object fetches, and the edges.
+  const sizes = [1, 4096, MIB - 1, MIB + 1, 4 * MIB, 4 * MIB + 1, 7 * MIB, 8 * MIB, 9 * MIB + 3, 12 * MIB, 20 * MIB];
+  const history = new Map<string, Buffer[]>();
+  const names: string[] = [];
+  for (let i = 0; i < opts.objects; i++) {
+    const name = `data/obj-${String(i).padStart(2, '0')}.bin`;
+    const content = randomBytes(sizes[i % sizes.length]!);
+    await fsp.writeFile(join(root, bucket, name), content);
+    history.set(name, [content]);
+    names.push(name);
+  }
+  const maxSize = Math.max(...sizes) + MIB;
+
+  const emulator: Emulator = await startEmulator({
+    root,
+    port: 0,
+    knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
+  });
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
+
+  let daemon: ChildProcess | null = null;
+  const logFile = join(dir, 'gcsmount.log');
+  const startDaemon = async () => {
+    const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
+    delete env.STORAGE_EMULATOR_HOST;
+    const args = [bucket, mnt, '--foreground', '--custom-endpoint', emulator.url, '--cache-dir', cacheDir, '--file-cache-max-size-mb', '24',
+      '--metadata-cache-ttl-secs', '1', '--metadata-cache-negative-ttl-secs', '1', '--max-retry-sleep', '1s', '--log-file', logFile];
+    daemon = spawn(GCSMOUNT, args, { env, stdio: 'ignore' });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const mounts = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+      if (mounts.split('\n').some((l) => l.split(' ')[4] === mnt)) return;
+      if (daemon.exitCode !== null || Date.now() > deadline) throw new Error(`the daemon did not mount (see ${logFile})`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+
+  const check = (r: ReadLine) => {
+    report.reads++;
+    if (r.error !== undefined) {
+      report.errors++;
+      report.errorCodes[r.error] = (report.errorCodes[r.error] ?? 0) + 1;
+      return;
+    }
+    const versions = history.get(r.name)!;
+    for (let v = versions.length - 1; v >= 0; v--) {
+      const want = versions[v]!.subarray(r.offset, r.offset + r.length);
+      if (want.length === r.got && sha(want) === r.sha) {
+        report.bytesCompared += r.got;
+        return;
+      }
+    }
+    if (versions.length >= KEEP_GENERATIONS) {
+      report.unverifiable++;
+      return;
+    }
+    report.mismatches++;
+    if (report.mismatchSamples.length < 10) {
+      report.mismatchSamples.push(`${r.name} [${r.offset}, +${r.length}) got ${r.got}: ${anatomy(r, versions)}`);
+    }
+  };
+
+  try {
+    await startDaemon();
+    const deadline = Date.now() + opts.seconds * 1000;
+    const readers = Array.from({ length: opts.readers }, (_, i) => {
+      const child = spawn(process.execPath, [READER, mnt, String(deadline), String(opts.seed * 1000 + i + 1), String(maxSize), ...names], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const lines = createInterface({ input: child.stdout! });
+      lines.on('line', (l) => check(JSON.parse(l) as ReadLine));
+      return new Promise<void>((resolve, reject) =>
+        child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`a reader exited with code ${code}`)))),
+      );
+    });
+
+    let tick = 0;
+    while (Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 500));
+      tick++;
+      if (tick % 4 === 0) {
+        // A new generation: remembered before it exists, so no reader can see it first.
+        const name = names[tick % names.length]!;
+        const versions = history.get(name)!;
+        const content = randomBytes(sizes[(tick + versions.length) % sizes.length]!);
+        versions.push(content);
+        if (versions.length > KEEP_GENERATIONS) versions.shift();
+        // Straight into the emulator's folder (temp file, rename): a new mtime is a new generation, and
+        // the emulator's injected faults are for the mount, not for the test's own writes.
+        const tmp = join(root, `.replace-${tick}`);
+        await fsp.writeFile(tmp, content);
+        await fsp.rename(tmp, join(root, bucket, name));
+        report.replacements++;
+      }
+      if (tick % 5 === 2) {
+        // Without this, most reads would be answered by the kernel's page cache and never reach the daemon.
+        await fsp.writeFile('/proc/sys/vm/drop_caches', '1').catch(() => undefined);
+        report.pageCacheDrops++;
+      }
+      if (tick % 6 === 3) {
+        emulator.setKnobs({ latencyMs: 400 });
+        report.latencySpikes++;
+        setTimeout(() => emulator.setKnobs({ latencyMs: 0 }), 700);
+      }
+      if (tick % 20 === 10 && Date.now() < deadline - 5_000) {
+        log(`SIGKILL of the daemon (restart ${report.restarts + 1})`);
+        (daemon as ChildProcess | null)?.kill('SIGKILL');
+        await new Promise((r) => setTimeout(r, 300));
+        await startDaemon();
+        report.restarts++;
+      }
+    }
+    await Promise.all(readers);
+  } finally {
+    report.faultsInjected = { ...emulator.stats().injected };
+    const d = daemon as ChildProcess | null;
+    if (d && d.exitCode === null) {
+      const exited = new Promise((r) => d.once('exit', r));
+      d.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+    }
+    await new Promise<void>((r) => spawn('fusermount', ['-u', '-z', mnt], { stdio: 'ignore' }).on('close', () => r()));
+    await emulator.close();
+    await fsp.rm(dir, { recursive: true, force: true });
+  }
+  return report;
+}

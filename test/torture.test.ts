@@ -1,0 +1,20 @@
+import { describe, expect, it } from 'vitest';
+import { runTorture } from '../src/torture/torture.js';
+
+describe('the differential torture test (short run)', () => {
+  it('never returns a wrong byte under faults, replacements, eviction and SIGKILLs', async () => {
+    const report = await runTorture({ seconds: 30, readers: 3, objects: 11, seed: 7 });
+    expect(report.mismatchSamples).toEqual([]);
+    expect(report.mismatches).toBe(0);
+    // It did what it says: many reads compared, faults of every kind, new generations, restarts.
+    expect(report.reads).toBeGreaterThan(100);
+    expect(report.bytesCompared).toBeGreaterThan(50 * 1024 * 1024);
+    expect(report.faultsInjected['429']! + report.faultsInjected['503']!).toBeGreaterThan(0);
+    expect(report.faultsInjected.reset! + report.faultsInjected.short!).toBeGreaterThan(0);
+    expect(report.replacements).toBeGreaterThanOrEqual(10);
+    expect(report.restarts).toBeGreaterThanOrEqual(1);
+    expect(report.latencySpikes).toBeGreaterThan(0);
+    // Errors are allowed (reads during a restart), but they must stay the exception.
+    expect(report.errors).toBeLessThan(report.reads / 4);
+  }, 120_000);
+});
