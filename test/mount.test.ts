@@ -156,6 +156,15 @@ describe('mount lifecycle and bad input', () => {
     }
   });
 
+  it('prints the help, and exits 0, when --help comes anywhere on a mount command line', async () => {
+    for (const args of [['--help'], [tb.bucket, '/nowhere', '--help'], ['-h', tb.bucket]]) {
+      const r = await gcsmount(args);
+      expect(r.code, args.join(' ')).toBe(0);
+      expect(r.stdout).toMatch(/^Usage: gcsmount \[flags\] BUCKET MOUNTPOINT/);
+      expect(r.stdout).toContain('--metadata-cache-ttl-secs');
+    }
+  });
+
   it('refuses a mountpoint that is already mounted', async () => {
     const m = await mount({ tb });
     const r = await gcsmount([tb.bucket, m.path, '--custom-endpoint', tb.emulator.url]);

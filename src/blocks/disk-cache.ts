@@ -97,10 +97,6 @@ export class DiskCache {
     return cache;
   }
 
-  get state(): Health {
-    return this.health;
-  }
-
   private path(key: string): string {
     return join(this.cfg.dir, BLOCKS, key.slice(0, 2), key);
   }

@@ -1,7 +1,7 @@
 import { EXIT, UserError } from './exit.js';
 import { runCache } from './cache-command.js';
 import { runMount } from './mount-command.js';
-import { formatHelp } from './options.js';
+import { formatHelp, wantsHelp } from './options.js';
 import { runStats } from './stats-command.js';
 import { runUnmount } from './unmount-command.js';
 import { runWait } from './wait-command.js';
@@ -29,7 +29,12 @@ export async function main(argv: string[]): Promise<void> {
       code = EXIT.ok;
     } else {
       const sub = SUBCOMMANDS[first];
-      code = sub ? await sub(rest) : await runMount(argv);
+      if (sub) code = await sub(rest);
+      else if (wantsHelp(argv)) {
+        // gcsfuse users type --help anywhere on a mount command line.
+        process.stdout.write(formatHelp());
+        code = EXIT.ok;
+      } else code = await runMount(argv);
     }
   } catch (err) {
     if (err instanceof UserError) {
