@@ -3,6 +3,7 @@ import { GcsError } from '../gcs/errors.js';
 import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import { unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
 import type { DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 
@@ -13,7 +14,8 @@ export interface BlockSourceDeps {
   client: ObjectClient;
   disk: DiskCache | null;
   scheduler: DownloadScheduler;
-  blockSize: number;
+  /** Where blocks are downloaded and read from disk into; its block size is the block size. */
+  buffers: BlockBuffers;
   /**
    * Objects up to this size are fetched whole, in one GET, on their first read: a Zarr chunk is read
    * whole, once, through a fresh handle, so ramping a readahead window per handle would only cost more
@@ -24,114 +26,149 @@ export interface BlockSourceDeps {
   metrics: Metrics;
 }
 
-interface Pending<T> {
-  promise: Promise<T>;
+interface Pending {
+  /** Resolves with the load's own reference: waiters take theirs from it. */
+  promise: Promise<BlockData>;
   ticket: Ticket | null;
 }
 
 /**
  * Where every open file gets its blocks: the disk cache when it has them, otherwise GCS through the
  * download scheduler. One load per block at a time: readers of a block in flight wait on the same
- * promise, whichever file they opened, and a reader that waits on a queued readahead promotes it.
+ * load, whichever file they opened, and a reader that waits on a queued readahead promotes it.
+ * Every caller of get() receives its own reference to the block and must release it.
  */
 export class BlockSource {
   readonly blockSize: number;
-  private readonly blocks = new Map<string, Pending<Buffer>>();
-  private readonly wholes = new Map<string, Pending<Buffer>>();
+  private readonly blocks = new Map<string, Pending>();
+  private readonly wholes = new Map<string, Pending>();
   /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
-  private readonly writing = new Map<string, Buffer>();
+  private readonly writing = new Map<string, BlockData>();
 
   constructor(private readonly deps: BlockSourceDeps) {
-    this.blockSize = deps.blockSize;
+    this.blockSize = deps.buffers.blockSize;
     deps.metrics.setGauge('downloads_in_flight', () => deps.scheduler.inFlight);
     deps.metrics.setGauge('downloads_queued', () => deps.scheduler.queued);
+    deps.metrics.setGauge('block_buffers_in_use', () => deps.buffers.inUse);
   }
 
-  get(meta: ObjectMeta, index: number, priority: Priority = 'demand'): Promise<Buffer> {
-    return this.shared(this.blocks, `${meta.name}\0${meta.generation}\0${index}`, priority, (pending) => this.load(meta, index, priority, pending));
+  /** Block `index` of the object; the caller owns one reference to it and releases it when done. */
+  get(meta: ObjectMeta, index: number, priority: Priority = 'demand'): Promise<BlockData> {
+    return this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, pending)).then((b) => b.retain());
   }
 
-  private shared(map: Map<string, Pending<Buffer>>, key: string, priority: Priority, work: (p: Pending<Buffer>) => Promise<Buffer>): Promise<Buffer> {
+  private shared(map: Map<string, Pending>, key: string, priority: Priority, work: (p: Pending) => Promise<BlockData>): Promise<BlockData> {
     const existing = map.get(key);
     if (existing) {
       this.deps.metrics.inc('block_shared_waits');
       if (priority === 'demand') existing.ticket?.promote();
       return existing.promise;
     }
-    const pending: Pending<Buffer> = { promise: Promise.resolve(Buffer.alloc(0)), ticket: null };
-    pending.promise = work(pending).finally(() => map.delete(key));
+    const pending: Pending = { promise: Promise.resolve(unpooled(Buffer.alloc(0))), ticket: null };
+    const loaded = work(pending);
+    pending.promise = loaded.finally(() => map.delete(key));
+    // The load's own reference goes in a later macrotask: every waiter's retain() is a reaction to this
+    // promise, so all of them run (as microtasks) before it, and nobody can find the load after that.
+    loaded.then(
+      (b) => setImmediate(() => b.release()),
+      () => undefined,
+    );
     map.set(key, pending);
     return pending.promise;
   }
 
-  private async load(meta: ObjectMeta, index: number, priority: Priority, pending: Pending<Buffer>): Promise<Buffer> {
-    const { disk, metrics } = this.deps;
-    const key = this.diskKey(meta, index);
-    const beingWritten = this.writing.get(`${meta.name}\0${meta.generation}\0${index}`);
+  private async load(meta: ObjectMeta, index: number, priority: Priority, pending: Pending): Promise<BlockData> {
+    const { disk, metrics, buffers } = this.deps;
+    const id = blockId(meta, index);
+    const beingWritten = this.writing.get(id);
     if (beingWritten) {
       metrics.inc('block_cache_hits');
-      metrics.inc('block_cache_hit_bytes', beingWritten.length);
-      return beingWritten;
+      metrics.inc('block_cache_hit_bytes', beingWritten.bytes.length);
+      return beingWritten.retain();
     }
+    const start = index * this.blockSize;
+    const end = Math.min(meta.size, start + this.blockSize);
     if (disk) {
-      const cached = await disk.read(key);
+      const lease = buffers.lease(end - start);
+      let cached: Buffer | null = null;
+      try {
+        cached = await disk.read(this.diskKey(meta, index), lease.bytes);
+      } finally {
+        if (!cached) lease.release();
+      }
       if (cached) {
         metrics.inc('block_cache_hits');
         metrics.inc('block_cache_hit_bytes', cached.length);
-        return cached;
+        return lease;
       }
       metrics.inc('block_cache_misses');
     }
-    const start = index * this.blockSize;
     if (meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold) {
-      const whole = this.shared(this.wholes, `${meta.name}\0${meta.generation}`, priority, (p) => this.loadWhole(meta, priority, p));
+      const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, p));
       // The whole object's ticket is this block's too: a reader waiting on it can promote it.
-      pending.ticket = this.wholes.get(`${meta.name}\0${meta.generation}`)?.ticket ?? null;
-      return (await whole).subarray(start, Math.min(meta.size, start + this.blockSize));
+      pending.ticket = this.wholes.get(fileId(meta))?.ticket ?? null;
+      // Whole objects are not pooled (they are larger than a block): a view of one needs no reference.
+      return unpooled((await whole).bytes.subarray(start, end));
     }
-    const end = Math.min(meta.size, start + this.blockSize);
-    const { result, ticket } = this.deps.scheduler.run(this.fileKey(meta), priority, () => this.fetch(meta, start, end));
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end));
     pending.ticket = ticket;
-    const data = await result;
-    this.stored(meta, index, data);
-    return data;
+    const block = await result;
+    this.stored(meta, index, block);
+    return block;
   }
 
-  private async loadWhole(meta: ObjectMeta, priority: Priority, pending: Pending<Buffer>): Promise<Buffer> {
-    const { result, ticket } = this.deps.scheduler.run(this.fileKey(meta), priority, () => this.fetch(meta, 0, meta.size));
+  private async loadWhole(meta: ObjectMeta, priority: Priority, pending: Pending): Promise<BlockData> {
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size));
     pending.ticket = ticket;
     const data = await result;
-    for (let i = 0; i * this.blockSize < meta.size; i++) this.stored(meta, i, data.subarray(i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize)));
+    for (let i = 0; i * this.blockSize < meta.size; i++) this.stored(meta, i, unpooled(data.bytes.subarray(i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize))));
     return data;
   }
 
   /** Counts a downloaded block and writes it to disk in the background: the reader has its bytes now. */
-  private stored(meta: ObjectMeta, index: number, data: Buffer): void {
+  private stored(meta: ObjectMeta, index: number, block: BlockData): void {
     this.deps.metrics.inc('block_fetches');
-    this.deps.metrics.inc('block_fetch_bytes', data.length);
-    if (!this.deps.disk) return;
-    const key = `${meta.name}\0${meta.generation}\0${index}`;
-    this.writing.set(key, data);
-    void this.deps.disk.write(this.diskKey(meta, index), data).finally(() => this.writing.delete(key));
+    this.deps.metrics.inc('block_fetch_bytes', block.bytes.length);
+    const id = blockId(meta, index);
+    if (!this.deps.disk || this.writing.has(id)) return;
+    const ref = block.retain();
+    this.writing.set(id, ref);
+    void this.deps.disk.write(this.diskKey(meta, index), ref.bytes).finally(() => {
+      this.writing.delete(id);
+      ref.release();
+    });
   }
 
   private diskKey(meta: ObjectMeta, index: number) {
     return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index };
   }
 
-  private fileKey(meta: ObjectMeta): string {
-    return `${meta.name}\0${meta.generation}`;
-  }
-
-  /** A range of the object; a download of the whole object is checked against the object's CRC32C. */
-  private async fetch(meta: ObjectMeta, start: number, end: number): Promise<Buffer> {
+  /**
+   * A range of the object, into a pooled buffer when it fits one; a download of the whole object is
+   * checked against the object's CRC32C.
+   */
+  private async fetch(meta: ObjectMeta, start: number, end: number): Promise<BlockData> {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
-    for (let attempt = 1; ; attempt++) {
-      const data = await this.deps.client.readRange(meta.name, meta.generation, start, end);
-      if (!whole || crc32c(data) === Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0)) return data;
-      this.deps.metrics.inc('object_crc_mismatches');
-      this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');
-      if (attempt >= CORRUPT_ATTEMPTS) throw new GcsError('CORRUPT', `${meta.name}#${meta.generation}: CRC32C mismatch after ${attempt} downloads`);
+    const lease = end - start <= this.blockSize ? this.deps.buffers.lease(end - start) : null;
+    try {
+      for (let attempt = 1; ; attempt++) {
+        const data = await this.deps.client.readRange(meta.name, meta.generation, start, end, lease?.bytes);
+        if (!whole || crc32c(data) === Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0)) return lease ?? unpooled(data);
+        this.deps.metrics.inc('object_crc_mismatches');
+        this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');
+        if (attempt >= CORRUPT_ATTEMPTS) throw new GcsError('CORRUPT', `${meta.name}#${meta.generation}: CRC32C mismatch after ${attempt} downloads`);
+      }
+    } catch (err) {
+      lease?.release();
+      throw err;
     }
   }
+}
+
+function fileId(meta: ObjectMeta): string {
+  return `${meta.name}\0${meta.generation}`;
+}
+
+function blockId(meta: ObjectMeta, index: number): string {
+  return `${meta.name}\0${meta.generation}\0${index}`;
 }

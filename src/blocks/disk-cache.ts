@@ -36,6 +36,36 @@ export function blockFileKey(k: BlockKey): string {
 type Health = 'ok' | 'full' | 'unwritable';
 
 /**
+ * Up to `into.length` bytes from the start of the file; the count tells a short file. One read call per
+ * block instead of readFile's stat-and-chunks, and into a reused buffer rather than a fresh one.
+ */
+async function readFully(path: string, into: Buffer): Promise<number> {
+  const fh = await fsp.open(path, 'r');
+  try {
+    let got = 0;
+    while (got < into.length) {
+      const { bytesRead } = await fh.read(into, got, into.length - got, got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    return got;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The whole buffer as a new file, in as few write calls as the kernel allows (writeFile writes 512 KiB at a time). */
+async function writeFully(path: string, data: Buffer): Promise<void> {
+  const fh = await fsp.open(path, 'w');
+  try {
+    let done = 0;
+    while (done < data.length) done += (await fh.write(data, done, data.length - done, done)).bytesWritten;
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
  * missing, short or fails its CRC32C is dropped and reported as a miss (and counted); a write that fails
  * leaves the read to be served from GCS, with the condition logged once and shown in stats.
@@ -106,22 +136,27 @@ export class DiskCache {
     return this.index.has(blockFileKey(k));
   }
 
-  /** The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses. */
-  async read(k: BlockKey): Promise<Buffer | null> {
+  /**
+   * The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses.
+   * With `into`, the bytes are read into it (a block of this size must fit) and the result is a view of it.
+   */
+  async read(k: BlockKey, into?: Buffer): Promise<Buffer | null> {
     const key = blockFileKey(k);
     const row = this.index.get(key);
     if (!row) return null;
+    if (into && into.length < row.size) return null;
     this.pin(key);
     try {
-      let data: Buffer;
+      const data = into ? into.subarray(0, row.size) : Buffer.allocUnsafe(row.size);
+      let got: number;
       try {
-        data = await fsp.readFile(this.path(key));
+        got = await readFully(this.path(key), data);
       } catch (err) {
         this.drop(row, 'block_cache_missing', `block file unreadable: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
         return null;
       }
-      if (data.length !== row.size) {
-        this.drop(row, 'block_cache_short', `block file holds ${data.length} of ${row.size} bytes`);
+      if (got !== row.size) {
+        this.drop(row, 'block_cache_short', `block file holds ${got} of ${row.size} bytes`);
         return null;
       }
       if (crc32c(data) !== row.crc32c) {
@@ -138,6 +173,7 @@ export class DiskCache {
   /**
    * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
    * file without a row (removed by reconciliation) and never a row that names a half-written file.
+   * `data` must stay unchanged until the returned promise settles.
    */
   write(k: BlockKey, data: Buffer): Promise<void> {
     const p = this.writeNow(k, data);
@@ -162,7 +198,7 @@ export class DiskCache {
     this.blocks += 1;
     const tmp = join(this.cfg.dir, 'tmp', `${key}.${randomBytes(4).toString('hex')}`);
     try {
-      await fsp.writeFile(tmp, data);
+      await writeFully(tmp, data);
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
         await fsp.mkdir(dir, { recursive: true });

@@ -1,4 +1,5 @@
 import type { ObjectMeta } from '../gcs/object-client.js';
+import type { BlockData } from './block-buffers.js';
 import type { BlockSource } from './block-source.js';
 import type { ReadaheadBudget } from './readahead-budget.js';
 
@@ -15,11 +16,13 @@ export interface HandleReaderConfig {
 const SEQUENTIAL_SLACK = 1024 * 1024;
 
 interface HeldBlock {
-  data: Promise<Buffer>;
-  /** The bytes once they have arrived: most reads then copy without a promise in sight. */
-  value: Buffer | null;
+  data: Promise<BlockData>;
+  /** This handle's reference once the bytes have arrived: most reads then copy without a promise in sight. */
+  value: BlockData | null;
   /** Fetched ahead of the reader: holds one unit of the global readahead budget until dropped. */
   ahead: boolean;
+  /** Let go of: a reference arriving later is released at once. */
+  dropped: boolean;
 }
 
 /**
@@ -64,15 +67,15 @@ export class HandleReader {
       for (let b = last + 1; b <= Math.min(lastBlockOfObject, last + this.window); b++) {
         if (this.held.has(b)) continue;
         if (!this.cfg.budget.tryTake()) break;
-        this.hold(b, true).data.catch(() => undefined);
+        this.hold(b, true);
       }
     }
     this.dropOutside(first, sequential ? Number.POSITIVE_INFINITY : last);
 
-    const copy = (blocks: readonly Buffer[]): number => {
+    const copy = (blocks: readonly BlockData[]): number => {
       let copied = 0;
       for (let i = 0; i < blocks.length; i++) {
-        const data = blocks[i]!;
+        const data = blocks[i]!.bytes;
         const blockStart = (first + i) * bs;
         const from = Math.max(pos, blockStart) - blockStart;
         const to = Math.min(end, blockStart + data.length) - blockStart;
@@ -81,7 +84,19 @@ export class HandleReader {
       return copied;
     };
     if (wanted.every((b) => b.value !== null)) return copy(wanted.map((b) => b.value!));
-    return Promise.all(wanted.map((b) => b.data)).then(copy);
+    // While this read waits, another read of the handle may drop these blocks (a seek): the wait takes
+    // references of its own from the source (the same loads), so the bytes it copies stay the block's.
+    const refs = wanted.map((b, i) => (b.value ? Promise.resolve(b.value.retain()) : this.source.get(this.meta, first + i, 'demand')));
+    return Promise.allSettled(refs).then((settled) => {
+      const got = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+      try {
+        const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failed) throw failed.reason;
+        return copy(got);
+      } finally {
+        for (const ref of got) ref.release();
+      }
+    });
   }
 
   /** Gives back this file's share of the readahead budget; the handle is done. */
@@ -92,17 +107,18 @@ export class HandleReader {
 
   private hold(index: number, ahead: boolean): HeldBlock {
     const existing = this.held.get(index);
-    if (existing) {
-      // The reader has caught up with a block still on its way: it is waiting on it now, so promote it.
-      if (!ahead && existing.value === null) void this.source.get(this.meta, index, 'demand');
-      return existing;
-    }
+    if (existing) return existing;
     const data = this.source.get(this.meta, index, ahead ? 'readahead' : 'demand');
-    const block: HeldBlock = { data, value: null, ahead };
-    // A failed fetch must not be remembered: the next read tries again.
+    const block: HeldBlock = { data, value: null, ahead, dropped: false };
     data.then(
-      (value) => (block.value = value),
-      () => this.drop(index),
+      (value) => {
+        if (block.dropped) value.release();
+        else block.value = value;
+      },
+      // A failed fetch must not be remembered: the next read tries again.
+      () => {
+        if (this.held.get(index) === block) this.drop(index);
+      },
     );
     this.held.set(index, block);
     if (this.closed) this.drop(index);
@@ -121,6 +137,9 @@ export class HandleReader {
     const block = this.held.get(index);
     if (!block) return;
     this.held.delete(index);
+    block.dropped = true;
+    block.value?.release();
+    block.value = null;
     if (block.ahead) this.cfg.budget.give();
   }
 }

@@ -1,4 +1,5 @@
 import { mkdirSync } from 'node:fs';
+import { BlockBuffers } from '../blocks/block-buffers.js';
 import { BlockSource } from '../blocks/block-source.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
 import { ReadaheadBudget } from '../blocks/readahead-budget.js';
@@ -107,8 +108,16 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     global: unlimited(v['file-cache-max-parallel-downloads']),
     perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
   });
-  const blocks = new BlockSource({ client, disk, scheduler, blockSize, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics });
   const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
+  const buffers = new BlockBuffers({
+    blockSize,
+    // More than a cold sequential read holds at once with the defaults (16 downloads + a 16-block window);
+    // idle memory stays bounded in bytes whatever the block size.
+    maxFree: Math.max(8, Math.floor((256 * MIB) / blockSize)),
+    poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
+    idleTrimMs: 30_000,
+  });
+  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
@@ -154,6 +163,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     });
   } catch (err) {
     disk?.close();
+    buffers.close();
     await client.close();
     throw err;
   }
@@ -183,6 +193,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       await prometheus?.close();
       await disk?.drain();
       disk?.close();
+      buffers.close();
       await client.close();
       log.info({ metrics: metrics.snapshot() }, 'final counters');
     },

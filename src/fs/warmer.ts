@@ -59,7 +59,7 @@ export async function warm(deps: WarmerDeps, path: string, progress: (p: WarmPro
       const key = { bucket: deps.client.bucket, object: t.meta.name, generation: t.meta.generation, block: t.index };
       if (t.meta.size === 0 || deps.disk.has(key)) p.bytesSkipped += Math.max(0, t.size);
       else {
-        await deps.blocks.get(t.meta, t.index, 'readahead');
+        (await deps.blocks.get(t.meta, t.index, 'readahead')).release();
         p.bytesDone += t.size;
       }
       if (t.last) p.filesDone++;

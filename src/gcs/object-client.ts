@@ -39,7 +39,8 @@ export interface ObjectClient {
   list(req: ListRequest): Promise<ListPage>;
   /**
    * Bytes [start, end) of one generation of an object. Resolves with exactly end - start bytes or
-   * rejects; a short body is an error, never a short result.
+   * rejects; a short body is an error, never a short result. With `into` (at least end - start bytes),
+   * the bytes land there and the result is a view of it; a failed attempt may leave partial bytes in it.
    */
-  readRange(name: string, generation: string, start: number, end: number): Promise<Buffer>;
+  readRange(name: string, generation: string, start: number, end: number, into?: Buffer): Promise<Buffer>;
 }

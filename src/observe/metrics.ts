@@ -44,6 +44,7 @@ export const GAUGES = {
   downloads_queued: 'range GETs waiting for a download slot',
   gcs_concurrency_limit: 'requests GCS may have in flight now (halved on 429, grown back on success)',
   readahead_blocks: 'blocks held in memory ahead of sequential readers',
+  block_buffers_in_use: 'block-sized buffers lent out to downloads, readers and disk writes (memory in use for block data)',
   open_files: 'files open through the mount',
 } as const;
 

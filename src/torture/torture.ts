@@ -113,7 +113,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
   const startDaemon = async () => {
-    const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
+    // Released block buffers are overwritten with a pattern: bytes used after their release read wrong.
+    const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none', GCSMOUNT_POISON_RELEASED_BLOCKS: '1' };
     delete env.STORAGE_EMULATOR_HOST;
     const args = [bucket, mnt, '--foreground', '--custom-endpoint', emulator.url, '--cache-dir', cacheDir, '--file-cache-max-size-mb', '24',
       '--metadata-cache-ttl-secs', '1', '--metadata-cache-negative-ttl-secs', '1', '--max-retry-sleep', '1s', '--log-file', logFile];

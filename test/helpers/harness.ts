@@ -58,7 +58,8 @@ export async function startBucket(bucket: string, knobs: Partial<EmulatorKnobs> 
 
 /** The environment a daemon runs with: no Google credentials, no metadata-server probing, no emulator variable. */
 export function daemonEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none', ...extra };
+  // Released block buffers are overwritten with a pattern, so a use after release fails the byte checks.
+  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none', GCSMOUNT_POISON_RELEASED_BLOCKS: '1', ...extra };
   delete env.STORAGE_EMULATOR_HOST;
   delete env.GOOGLE_APPLICATION_CREDENTIALS;
   return env;

@@ -1,0 +1,137 @@
+import { describe, expect, it } from 'vitest';
+import { BlockBuffers } from '../src/blocks/block-buffers.js';
+import { BlockSource } from '../src/blocks/block-source.js';
+import { DownloadScheduler } from '../src/blocks/download-scheduler.js';
+import { HandleReader } from '../src/blocks/handle-reader.js';
+import { ReadaheadBudget } from '../src/blocks/readahead-budget.js';
+import type { ObjectClient, ObjectMeta } from '../src/gcs/object-client.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { Metrics } from '../src/observe/metrics.js';
+
+const BLOCK = 64 * 1024;
+
+function buffers(poison = true, maxFree = 8): BlockBuffers {
+  return new BlockBuffers({ blockSize: BLOCK, maxFree, poison, idleTrimMs: 60_000 });
+}
+
+describe('block buffers', () => {
+  it('reuses a buffer only once its last holder has released it, and poisons it then', () => {
+    const pool = buffers();
+    const a = pool.lease(BLOCK);
+    a.bytes.fill(1);
+    const second = a.retain();
+    a.release();
+    expect(pool.pooled).toBe(0);
+    expect(second.bytes[0]).toBe(1);
+    second.release();
+    expect(pool.pooled).toBe(1);
+    expect(pool.inUse).toBe(0);
+    const b = pool.lease(100);
+    expect(b.bytes.length).toBe(100);
+    expect(b.bytes.every((x) => x === 0xdb)).toBe(true);
+    pool.close();
+  });
+
+  it('refuses bytes, retains and releases after the last release', () => {
+    const pool = buffers();
+    const a = pool.lease(BLOCK);
+    a.release();
+    expect(() => a.bytes).toThrow(/after release/);
+    expect(() => a.retain()).toThrow(/after release/);
+    expect(() => a.release()).toThrow(/twice/);
+    // The buffer went back once: two new leases get two different buffers.
+    const b = pool.lease(BLOCK);
+    const c = pool.lease(BLOCK);
+    b.bytes.fill(2);
+    c.bytes.fill(3);
+    expect(b.bytes[0]).toBe(2);
+    pool.close();
+  });
+
+  it('keeps at most maxFree buffers for reuse', () => {
+    const pool = buffers(false, 2);
+    const leases = Array.from({ length: 5 }, () => pool.lease(BLOCK));
+    for (const l of leases) l.release();
+    expect(pool.pooled).toBe(2);
+    pool.close();
+  });
+});
+
+/** An object store whose range reads finish only when the test says so. */
+function slowClient(content: Buffer) {
+  const waiting = new Map<number, () => void>();
+  const client: ObjectClient = {
+    bucket: 'b',
+    getBucket: async () => ({ name: 'b' }),
+    statObject: async () => null,
+    list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
+    readRange: (_name, _gen, start, end, into) =>
+      new Promise((resolve) => {
+        waiting.set(start, () => {
+          const out = into ? into.subarray(0, end - start) : Buffer.alloc(end - start);
+          content.copy(out, 0, start, end);
+          resolve(out);
+        });
+      }),
+  };
+  const finish = (start: number) => {
+    waiting.get(start)?.();
+    waiting.delete(start);
+  };
+  return { client, finish, finishAll: () => [...waiting.keys()].forEach(finish), pending: () => waiting.size };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+describe('a handle reader sharing pooled blocks', () => {
+  it('copies the right bytes into a read that waited while a seek on the same handle dropped its blocks', async () => {
+    const content = Buffer.alloc(16 * BLOCK);
+    for (let i = 0; i < content.length; i += 4) content.writeUInt32LE(i, i);
+    const meta: ObjectMeta = { name: 'o', size: content.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+    const { client, finish, finishAll, pending } = slowClient(content);
+    const pool = buffers();
+    const source = new BlockSource({
+      client,
+      disk: null,
+      scheduler: new DownloadScheduler({ global: 16, perFile: 16 }),
+      buffers: pool,
+      wholeObjectThreshold: 0,
+      log: silentLogger,
+      metrics: new Metrics(),
+    });
+    const reader = new HandleReader(source, meta, { maxWindowBlocks: 4, budget: new ReadaheadBudget(16) });
+    const expectBytes = (got: Buffer, at: number) => expect(got.equals(content.subarray(at, at + got.length))).toBe(true);
+
+    // Block 2 arrives; block 3 (fetched ahead) does not yet.
+    const a = Buffer.alloc(4096);
+    const first = reader.read(2 * BLOCK, a);
+    await tick();
+    finish(2 * BLOCK);
+    expect(await first).toBe(4096);
+    expectBytes(a, 2 * BLOCK);
+    await tick();
+
+    // A read across blocks 2 and 3 waits on 3 ...
+    const b = Buffer.alloc(4096);
+    const across = reader.read(3 * BLOCK - 2048, b);
+    expect(across).toBeInstanceOf(Promise);
+    // ... while a seek drops both, and block 2's buffer, released by the handle, goes to a new download.
+    const c = Buffer.alloc(4096);
+    const far = reader.read(12 * BLOCK, c);
+    await tick();
+    expect(pending()).toBeGreaterThan(0);
+    finishAll();
+    expect(await across).toBe(4096);
+    expect(await far).toBe(4096);
+    expectBytes(b, 3 * BLOCK - 2048);
+    expectBytes(c, 12 * BLOCK);
+
+    // Once the handle is closed and the loads are over, every buffer is back in the pool.
+    reader.close();
+    finishAll();
+    await tick();
+    await tick();
+    expect(pool.inUse).toBe(0);
+    pool.close();
+  });
+});
