@@ -10,22 +10,22 @@ import { Metrics } from '../src/observe/metrics.js';
 
 const BLOCK = 64 * 1024;
 
-function buffers(poison = true, maxFree = 8): BlockBuffers {
-  return new BlockBuffers({ blockSize: BLOCK, maxFree, poison, idleTrimMs: 60_000 });
+function buffers(poison = true, maxBlocks = 8): BlockBuffers {
+  return new BlockBuffers({ blockSize: BLOCK, maxBytes: maxBlocks * BLOCK, poison, idleTrimMs: 60_000 });
 }
 
 describe('block buffers', () => {
   it('reuses a buffer only once its last holder has released it, and poisons it then', () => {
-    const pool = buffers();
+    const pool = buffers(true, 1);
     const a = pool.lease(BLOCK);
     a.bytes.fill(1);
     const second = a.retain();
     a.release();
-    expect(pool.pooled).toBe(0);
+    expect(pool.inUse).toBe(1);
     expect(second.bytes[0]).toBe(1);
     second.release();
-    expect(pool.pooled).toBe(1);
     expect(pool.inUse).toBe(0);
+    expect(pool.pooled).toBe(1);
     const b = pool.lease(100);
     expect(b.bytes.length).toBe(100);
     expect(b.bytes.every((x) => x === 0xdb)).toBe(true);
@@ -48,10 +48,17 @@ describe('block buffers', () => {
     pool.close();
   });
 
-  it('keeps at most maxFree buffers for reuse', () => {
+  it('lends page-aligned slots up to its budget, then buffers of its own, and reuses a released slot', () => {
     const pool = buffers(false, 2);
-    const leases = Array.from({ length: 5 }, () => pool.lease(BLOCK));
-    for (const l of leases) l.release();
+    const [a, b, c] = [pool.lease(BLOCK), pool.lease(BLOCK), pool.lease(BLOCK)];
+    expect([a.directCapacity, b.directCapacity, c.directCapacity]).toEqual([BLOCK, BLOCK, 0]);
+    a.bytes.fill(7);
+    a.release();
+    const d = pool.lease(10);
+    expect(d.directCapacity).toBe(BLOCK);
+    expect(d.bytes[0]).toBe(7); // the same slot again (not poisoned in this pool)
+    for (const l of [b, c, d]) l.release();
+    expect(pool.inUse).toBe(0);
     expect(pool.pooled).toBe(2);
     pool.close();
   });

@@ -143,6 +143,35 @@ describe('the block cache on disk', () => {
     }
   });
 
+  it('writes block files past the page cache, or through it when told to', async () => {
+    /** Pages of the cache's block files that sit in the page cache. */
+    const cachedPages = async (cacheDir: string): Promise<number> => {
+      const r = await run('sh', ['-c', `find ${join(cacheDir, 'blocks-v1')} -type f -print0 | xargs -0 fincore --raw --noheadings --output PAGES`]);
+      expect(r.code).toBe(0);
+      return r.stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
+    };
+    const readTwice = async (cacheDir: string, extra: string[]) => {
+      const first = await mount({ tb, args: ['--cache-dir', cacheDir, ...extra] });
+      expect(await sha256Of(join(first.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
+      await unmount(first.path);
+      const pages = await cachedPages(cacheDir);
+      const second = await mount({ tb, args: ['--cache-dir', cacheDir, ...extra], mountPoint: first.path });
+      tb.emulator.resetStats();
+      expect(await sha256Of(join(second.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
+      expect(tb.emulator.stats().requests.media).toBe(0);
+      await unmount(second.path);
+      return { pages };
+    };
+    const fiftyPages = (50 * MIB) / 4096;
+
+    const direct = await readTwice(await tempDir('cache'), []);
+    expect(direct.pages).toBe(0);
+    const buffered = await readTwice(await tempDir('cache'), ['--file-cache-enable-o-direct=false']);
+    expect(buffered.pages).toBeGreaterThan(fiftyPages / 2);
+
+    // (A file system that refuses O_DIRECT, such as tmpfs before Linux 6.6, is covered in disk-cache.test.ts.)
+  });
+
   it('refuses a second daemon on the same cache dir, and cache tools under a live one', async () => {
     const cacheDir = await tempDir('cache');
     const first = await mount({ tb, args: ['--cache-dir', cacheDir] });

@@ -133,7 +133,7 @@ export class BlockSource {
     if (!this.deps.disk || this.writing.has(id)) return;
     const ref = block.retain();
     this.writing.set(id, ref);
-    void this.deps.disk.write(this.diskKey(meta, index), ref.bytes).finally(() => {
+    void this.deps.disk.write(this.diskKey(meta, index), ref.bytes, ref.directCapacity).finally(() => {
       this.writing.delete(id);
       ref.release();
     });

@@ -248,6 +248,15 @@ export const PARAMS = [
     min: -1,
   },
   {
+    flag: 'file-cache-enable-o-direct',
+    configKey: 'file-cache.enable-o-direct',
+    type: 'bool',
+    default: true,
+    help: 'Write cached blocks with O_DIRECT, past the page cache; gcsmount defaults to true (gcsfuse: false): what a reader reads is in the kernel\'s cache of the mounted file already, so a second copy costs a memory copy and memory. Where the file system refuses O_DIRECT (tmpfs) blocks are written through the page cache',
+    group: 'Block cache',
+    effect: 'effective',
+  },
+  {
     flag: 'file-cache-cache-file-for-range-read',
     configKey: 'file-cache.cache-file-for-range-read',
     type: 'bool',

@@ -111,9 +111,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
   const buffers = new BlockBuffers({
     blockSize,
-    // More than a cold sequential read holds at once with the defaults (16 downloads + a 16-block window);
-    // idle memory stays bounded in bytes whatever the block size.
-    maxFree: Math.max(8, Math.floor((256 * MIB) / blockSize)),
+    // Far more than a cold sequential read holds at once with the defaults (16 downloads and a 16-block
+    // window of 4 MiB); only touched pages cost memory, and idle slabs are dropped.
+    maxBytes: 512 * MIB,
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     idleTrimMs: 30_000,
   });
@@ -236,7 +236,7 @@ function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskC
       // Node's recursive mkdir says ENOENT on a read-only file system; a plain one tells the real cause.
       mkdirSync(dir);
     }
-    return DiskCache.open({ dir, limit, ...DEFAULT_DISK_CACHE }, log, metrics);
+    return DiskCache.open({ dir, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
   } catch (err) {
     if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);
     const code = (err as NodeJS.ErrnoException).code;
