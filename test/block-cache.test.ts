@@ -29,6 +29,8 @@ describe('the block cache on disk', () => {
     for (let i = 0; i < 25; i++) files[`many/f${String(i).padStart(2, '0')}.bin`] = bytes(8 * MIB, 100 + i);
     // Three blocks: above the whole-object threshold (8 MiB), so a damaged block is refetched on its own.
     for (const n of ['a', 'b', 'c']) files[`damage/${n}.bin`] = bytes(3 * BLOCK, n.charCodeAt(0));
+    // 12 MiB: block 1 is bytes 4-8 MiB at 4 MiB blocks and 8-12 MiB at 8 MiB blocks, the same length.
+    files['resized/twelve.bin'] = bytes(12 * MIB, 12);
     await writeObjects(tb.root, tb.bucket, files);
   });
 
@@ -86,7 +88,7 @@ describe('the block cache on disk', () => {
     await unmount(first.path);
     const fileOf = async (object: string) => {
       const { generation } = await objectMeta(tb, object);
-      const key = blockFileKey({ bucket: tb.bucket, object, generation, block: 1 });
+      const key = blockFileKey({ bucket: tb.bucket, object, generation, block: 1, blockSize: BLOCK });
       return join(cacheDir, 'blocks-v1', key.slice(0, 2), key);
     };
     const flip = await fileOf('damage/a.bin');
@@ -104,6 +106,24 @@ describe('the block cache on disk', () => {
     const counters = await finalCounters(second.logFile);
     // Per file: block 1 damaged (one refetch), blocks 0 and 2 intact (served from disk).
     expect(counters).toMatchObject({ block_cache_corrupt: 1, block_cache_short: 1, block_cache_missing: 1, block_fetches: 3, block_cache_hits: 6 });
+  });
+
+  it('keeps blocks of different block sizes apart in one cache dir', async () => {
+    const cacheDir = await tempDir('cache');
+    const path = (m: { path: string }) => join(m.path, 'resized/twelve.bin');
+    const four = await mount({ tb, args: ['--cache-dir', cacheDir, '--block-size-mb', '4'] });
+    expect(await sha256Of(path(four))).toBe(sha256(files['resized/twelve.bin']!));
+    await unmount(four.path);
+    const eight = await mount({ tb, args: ['--cache-dir', cacheDir, '--block-size-mb', '8'], mountPoint: four.path });
+    tb.emulator.resetStats();
+    expect(await sha256Of(path(eight))).toBe(sha256(files['resized/twelve.bin']!));
+    expect(tb.emulator.stats().requests.media).toBe(2); // nothing cached at 8 MiB yet
+    await unmount(eight.path);
+    const again = await mount({ tb, args: ['--cache-dir', cacheDir, '--block-size-mb', '4'], mountPoint: four.path });
+    tb.emulator.resetStats();
+    expect(await sha256Of(path(again))).toBe(sha256(files['resized/twelve.bin']!));
+    expect(tb.emulator.stats().requests.media).toBe(0); // the 4 MiB blocks are still there
+    await unmount(again.path);
   });
 
   it('reads right after the daemon is SIGKILLed in the middle of many downloads', async () => {

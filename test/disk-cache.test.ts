@@ -29,7 +29,7 @@ describe('block files and O_DIRECT', () => {
     const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
     const pool = new BlockBuffers({ blockSize: BLOCK, maxBytes: 4 * BLOCK, poison: false, idleTrimMs: 60_000 });
     try {
-      const keys = [0, 1, 2].map((block) => ({ bucket: 'b', object: 'o', generation: '1', block }));
+      const keys = [0, 1, 2].map((block) => ({ bucket: 'b', object: 'o', generation: '1', block, blockSize: BLOCK }));
       for (const [i, key] of keys.entries()) {
         const lease = pool.lease(BLOCK - 100 * i);
         lease.bytes.fill(i + 1);

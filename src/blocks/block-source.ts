@@ -140,7 +140,7 @@ export class BlockSource {
   }
 
   private diskKey(meta: ObjectMeta, index: number) {
-    return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index };
+    return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index, blockSize: this.blockSize };
   }
 
   /**

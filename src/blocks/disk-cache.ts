@@ -7,12 +7,17 @@ import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
 
-/** Which block of which generation of which object. */
+/** Which block of which generation of which object, cut at which block size. */
 export interface BlockKey {
   bucket: string;
   object: string;
   generation: string;
   block: number;
+  /**
+   * Part of the key because block N means different bytes at different sizes, and a size check alone
+   * cannot tell (block 1 of 12 MiB is bytes 4-8 MiB at 4 MiB blocks, 8-12 MiB at 8 MiB: both 4 MiB long).
+   */
+  blockSize: number;
 }
 
 export interface DiskCacheConfig {
@@ -35,7 +40,7 @@ const DIRECT_ALIGN = 4096;
 const BLOCKS = 'blocks-v1';
 
 export function blockFileKey(k: BlockKey): string {
-  return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.block}`).digest('hex').slice(0, 32);
+  return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
 }
 
 type Health = 'ok' | 'full' | 'unwritable';
@@ -161,16 +166,23 @@ export class DiskCache {
 
   /**
    * The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses.
-   * With `into`, the bytes are read into it (a block of this size must fit) and the result is a view of it.
+   * With `into`, which must be exactly the block's expected length, the bytes are read into it; a block
+   * of another length is damaged (its key says which bytes it holds) and is dropped.
    */
   async read(k: BlockKey, into?: Buffer): Promise<Buffer | null> {
-    const key = blockFileKey(k);
-    const row = this.index.get(key);
-    if (!row) return null;
-    if (into && into.length < row.size) return null;
+    const row = this.index.get(blockFileKey(k));
+    return row ? this.readRow(row, into) : null;
+  }
+
+  private async readRow(row: BlockRow, into?: Buffer): Promise<Buffer | null> {
+    const key = row.key;
+    if (into && into.length !== row.size) {
+      this.drop(row, 'block_cache_short', `block row holds ${row.size} bytes where ${into.length} belong`);
+      return null;
+    }
     this.pin(key);
     try {
-      const data = into ? into.subarray(0, row.size) : Buffer.allocUnsafe(row.size);
+      const data = into ?? Buffer.allocUnsafe(row.size);
       let got: number;
       try {
         got = await readFully(this.path(key), data);
@@ -379,7 +391,7 @@ export class DiskCache {
     let bad = 0;
     for (const row of [...this.index.rows()]) {
       checked++;
-      if ((await this.read(row)) === null) bad++;
+      if ((await this.readRow(row)) === null) bad++;
     }
     return { checked, bad };
   }

@@ -56,7 +56,7 @@ export async function warm(deps: WarmerDeps, path: string, progress: (p: WarmPro
   const worker = async () => {
     while (next < tasks.length && !signal.aborted) {
       const t = tasks[next++]!;
-      const key = { bucket: deps.client.bucket, object: t.meta.name, generation: t.meta.generation, block: t.index };
+      const key = { bucket: deps.client.bucket, object: t.meta.name, generation: t.meta.generation, block: t.index, blockSize: bs };
       if (t.meta.size === 0 || deps.disk.has(key)) p.bytesSkipped += Math.max(0, t.size);
       else {
         (await deps.blocks.get(t.meta, t.index, 'readahead')).release();
