@@ -141,8 +141,9 @@ export class BlockBuffers {
   /** A buffer for `length` bytes (at most a block), with one reference held by the caller. */
   lease(length: number): BlockData {
     if (length > this.cfg.blockSize) throw new Error(`lease of ${length} bytes exceeds the block size`);
+    const slot = this.slot();
     this.leased++;
-    return new Lease(this, this.slot(), length);
+    return new Lease(this, slot, length);
   }
 
   private slot(): Slot {

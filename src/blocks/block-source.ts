@@ -4,7 +4,7 @@ import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
-import type { DiskCache } from './disk-cache.js';
+import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 
 /** A whole object that keeps failing its checksum is not going to get better by asking forever. */
@@ -78,7 +78,7 @@ export class BlockSource {
   }
 
   private async load(meta: ObjectMeta, index: number, priority: Priority, pending: Pending): Promise<BlockData> {
-    const { disk, metrics, buffers } = this.deps;
+    const { disk, metrics } = this.deps;
     const id = blockId(meta, index);
     const beingWritten = this.writing.get(id);
     if (beingWritten) {
@@ -89,17 +89,13 @@ export class BlockSource {
     const start = index * this.blockSize;
     const end = Math.min(meta.size, start + this.blockSize);
     if (disk) {
-      const lease = buffers.lease(end - start);
-      let cached: Buffer | null = null;
-      try {
-        cached = await disk.read(this.diskKey(meta, index), lease.bytes);
-      } finally {
-        if (!cached) lease.release();
-      }
+      const key = this.diskKey(meta, index);
+      // Only a block the index holds is worth a buffer.
+      const cached = disk.has(key) ? await this.fromDisk(disk, key, end - start) : null;
       if (cached) {
         metrics.inc('block_cache_hits');
-        metrics.inc('block_cache_hit_bytes', cached.length);
-        return lease;
+        metrics.inc('block_cache_hit_bytes', cached.bytes.length);
+        return cached;
       }
       metrics.inc('block_cache_misses');
     }
@@ -115,6 +111,17 @@ export class BlockSource {
     const block = await result;
     this.stored(meta, index, block);
     return block;
+  }
+
+  private async fromDisk(disk: DiskCache, key: BlockKey, length: number): Promise<BlockData | null> {
+    const lease = this.deps.buffers.lease(length);
+    let found = false;
+    try {
+      found = (await disk.read(key, lease.bytes)) !== null;
+      return found ? lease : null;
+    } finally {
+      if (!found) lease.release();
+    }
   }
 
   private async loadWhole(meta: ObjectMeta, priority: Priority, pending: Pending): Promise<BlockData> {
@@ -139,7 +146,7 @@ export class BlockSource {
     });
   }
 
-  private diskKey(meta: ObjectMeta, index: number) {
+  private diskKey(meta: ObjectMeta, index: number): BlockKey {
     return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index, blockSize: this.blockSize };
   }
 

@@ -1,6 +1,7 @@
 import { crc32c } from '@node-rs/crc32';
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, mkdirSync, promises as fsp, rmSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -64,17 +65,31 @@ async function readFully(path: string, into: Buffer): Promise<number> {
   }
 }
 
+/** Why an O_DIRECT write did not happen: the file system refuses the flag, or this one write failed. */
+type DirectOutcome = 'written' | 'refused' | 'failed';
+
 /**
  * The block as a new file written with O_DIRECT, past the page cache: `padded` is the block's memory
- * rounded up to DIRECT_ALIGN, and the file is cut back to `length` after.
+ * rounded up to DIRECT_ALIGN, and the file is cut back to `length` after. EINVAL at open is the file
+ * system refusing O_DIRECT; EINVAL later (a short write leaves the next one unaligned) is this block's.
  */
-async function writeDirect(path: string, padded: Buffer, length: number): Promise<void> {
+async function writeDirect(path: string, padded: Buffer, length: number): Promise<DirectOutcome> {
   const { O_WRONLY, O_CREAT, O_TRUNC, O_DIRECT } = fsConstants;
-  const fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT);
+  let fh: FileHandle;
+  try {
+    fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'refused';
+    throw err;
+  }
   try {
     let done = 0;
     while (done < padded.length) done += (await fh.write(padded, done, padded.length - done, done)).bytesWritten;
     if (padded.length !== length) await fh.truncate(length);
+    return 'written';
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'failed';
+    throw err;
   } finally {
     await fh.close();
   }
@@ -211,7 +226,11 @@ export class DiskCache {
    * `data` must stay unchanged until the returned promise settles.
    */
   write(k: BlockKey, data: Buffer, directCapacity = 0): Promise<void> {
-    const p = this.writeNow(k, data, directCapacity);
+    // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
+    const p = this.writeNow(k, data, directCapacity).catch((err: Error) => {
+      this.metrics.inc('block_cache_write_errors');
+      this.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
+    });
     this.pendingWrites.add(p);
     void p.finally(() => this.pendingWrites.delete(p));
     return p;
@@ -260,12 +279,10 @@ export class DiskCache {
   private async writeBlockFile(path: string, data: Buffer, directCapacity: number): Promise<void> {
     const padded = Math.ceil(data.length / DIRECT_ALIGN) * DIRECT_ALIGN;
     if (this.directIo && data.length > 0 && directCapacity >= padded) {
-      try {
-        await writeDirect(path, Buffer.from(data.buffer, data.byteOffset, padded), data.length);
-        return;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
-        // tmpfs, for one, refuses O_DIRECT: that is a property of the file system, not of this block.
+      const outcome = await writeDirect(path, Buffer.from(data.buffer, data.byteOffset, padded), data.length);
+      if (outcome === 'written') return;
+      if (outcome === 'refused') {
+        // tmpfs before Linux 6.6, for one: a property of the file system, not of this block.
         this.directIo = false;
         this.log.info({ dir: this.cfg.dir }, 'the cache dir\'s file system refuses O_DIRECT; block files are written through the page cache');
       }

@@ -169,6 +169,7 @@ export class HttpObjectClient implements ObjectClient {
       let seen = 0;
       let got = 0;
       let settled = false;
+      let wrongRange: string | null = null;
       const ranged = () => status === 200 || status === 206;
       const settle = (err: Error | null): void => {
         if (settled) return;
@@ -184,8 +185,15 @@ export class HttpObjectClient implements ObjectClient {
             status = statusCode;
             retryAfter = resHeaders['retry-after'];
             skip = statusCode === 200 ? start : 0;
+            if (statusCode === 206) {
+              // Bytes of another range would be served as ours: the one check a 206 body cannot make itself.
+              const sent = String(resHeaders['content-range'] ?? '');
+              const m = /^bytes (\d+)-(\d+)\//.exec(sent);
+              if (!m || Number(m[1]) !== start || Number(m[2]) !== start + out.length - 1) wrongRange = sent || '(none)';
+            }
           },
           onResponseData: (controller, chunk) => {
+            if (wrongRange !== null) return;
             if (!ranged()) {
               if (errorText.length < ERROR_BODY_LIMIT) errorText += chunk.toString('utf8');
               return;
@@ -202,9 +210,12 @@ export class HttpObjectClient implements ObjectClient {
               controller.abort(new Error('rest of an unranged response not needed'));
             }
           },
-          onResponseEnd: () => settle(ranged() ? null : errorFromStatus(status, retryAfter, errorText, what)),
+          onResponseEnd: () => {
+            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent Content-Range ${wrongRange}`));
+            else settle(ranged() ? null : errorFromStatus(status, retryAfter, errorText, what));
+          },
           // A connection that breaks after the last byte has still delivered the range.
-          onResponseError: (_controller, err) => settle(ranged() && got === out.length ? null : err),
+          onResponseError: (_controller, err) => settle(ranged() && wrongRange === null && got === out.length ? null : err),
         },
       );
     });
