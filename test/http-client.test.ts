@@ -10,6 +10,7 @@ const OBJECT = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 251));
 
 /** How the fake server answers a ranged GET. */
 let mode: 'honest' | 'shifted' | 'whole' = 'honest';
+let requests = 0;
 
 function client(url: string): HttpObjectClient {
   return new HttpObjectClient({
@@ -30,6 +31,7 @@ describe('range GETs into a caller buffer', () => {
   let url: string;
   beforeAll(async () => {
     server = createServer((req, res) => {
+      requests++;
       const [, a, b] = /bytes=(\d+)-(\d+)/.exec(req.headers.range ?? '')!;
       let start = Number(a);
       const end = Number(b);
@@ -53,18 +55,22 @@ describe('range GETs into a caller buffer', () => {
     const into = Buffer.alloc(30_000, 0xee);
     for (const m of ['honest', 'whole'] as const) {
       mode = m;
+      requests = 0;
       const got = await c.readRange('o', '1', 5_000, 25_000, into);
       expect(got.length).toBe(20_000);
       expect(got.buffer).toBe(into.buffer);
       expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+      expect(requests).toBe(1);
     }
     await c.close();
   });
 
   it('refuses the bytes of another range, at once, rather than serve them', async () => {
     mode = 'shifted';
+    requests = 0;
     const c = client(url);
     await expect(c.readRange('o', '1', 5_000, 25_000, Buffer.alloc(20_000))).rejects.toMatchObject({ code: 'CORRUPT' });
+    expect(requests).toBe(1); // not retried
     await c.close();
   });
 });

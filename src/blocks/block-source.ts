@@ -4,6 +4,7 @@ import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
+import type { BlockRow } from './block-index.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 
@@ -89,9 +90,9 @@ export class BlockSource {
     const start = index * this.blockSize;
     const end = Math.min(meta.size, start + this.blockSize);
     if (disk) {
-      const key = this.diskKey(meta, index);
       // Only a block the index holds is worth a buffer.
-      const cached = disk.has(key) ? await this.fromDisk(disk, key, end - start) : null;
+      const row = disk.lookup(this.diskKey(meta, index));
+      const cached = row ? await this.fromDisk(disk, row, end - start) : null;
       if (cached) {
         metrics.inc('block_cache_hits');
         metrics.inc('block_cache_hit_bytes', cached.bytes.length);
@@ -113,11 +114,11 @@ export class BlockSource {
     return block;
   }
 
-  private async fromDisk(disk: DiskCache, key: BlockKey, length: number): Promise<BlockData | null> {
+  private async fromDisk(disk: DiskCache, row: BlockRow, length: number): Promise<BlockData | null> {
     const lease = this.deps.buffers.lease(length);
     let found = false;
     try {
-      found = (await disk.read(key, lease.bytes)) !== null;
+      found = (await disk.readRow(row, lease.bytes)) !== null;
       return found ? lease : null;
     } finally {
       if (!found) lease.release();

@@ -179,17 +179,23 @@ export class DiskCache {
     return this.index.has(blockFileKey(k));
   }
 
-  /**
-   * The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses.
-   * With `into`, which must be exactly the block's expected length, the bytes are read into it; a block
-   * of another length is damaged (its key says which bytes it holds) and is dropped.
-   */
-  async read(k: BlockKey, into?: Buffer): Promise<Buffer | null> {
-    const row = this.index.get(blockFileKey(k));
-    return row ? this.readRow(row, into) : null;
+  /** The index row of a block, or null: one lookup, which readRow() then reads without repeating. */
+  lookup(k: BlockKey): BlockRow | null {
+    return this.index.get(blockFileKey(k)) ?? null;
   }
 
-  private async readRow(row: BlockRow, into?: Buffer): Promise<Buffer | null> {
+  /** The block's bytes, checked against its CRC32C, or null: missing, damaged and absent are all misses. */
+  async read(k: BlockKey): Promise<Buffer | null> {
+    const row = this.lookup(k);
+    return row ? this.readRow(row) : null;
+  }
+
+  /**
+   * A looked-up block's bytes, checked as read() checks them. With `into`, which must be exactly the
+   * block's expected length, the bytes are read into it; a block of another length is damaged (its key
+   * says which bytes it holds) and is dropped.
+   */
+  async readRow(row: BlockRow, into?: Buffer): Promise<Buffer | null> {
     const key = row.key;
     if (into && into.length !== row.size) {
       this.drop(row, 'block_cache_short', `block row holds ${row.size} bytes where ${into.length} belong`);

@@ -38,7 +38,6 @@ export class HandleReader {
   private readonly held = new Map<number, HeldBlock>();
   /** The furthest byte a sequential run of reads has reached. */
   private frontier = 0;
-  private lastBlock = -1;
   private window = 1;
   private closed = false;
 
@@ -60,10 +59,11 @@ export class HandleReader {
     const last = Math.floor((end - 1) / bs);
     // A read of a block this handle still holds is inside the stream however far behind it lands.
     const sequential = Math.abs(pos - this.frontier) <= SEQUENTIAL_SLACK || this.held.has(first);
+    // The block the frontier was in before this read (-1 before the first).
+    const reached = Math.floor((this.frontier - 1) / bs);
     this.frontier = sequential ? Math.max(this.frontier, end) : end;
     if (!sequential) this.window = 1;
-    else if (last > this.lastBlock && this.lastBlock >= 0) this.window = Math.min(this.cfg.maxWindowBlocks, this.window * 2);
-    this.lastBlock = Math.max(last, sequential ? this.lastBlock : last);
+    else if (last > reached && reached >= 0) this.window = Math.min(this.cfg.maxWindowBlocks, this.window * 2);
 
     const wanted: HeldBlock[] = [];
     for (let b = first; b <= last; b++) wanted.push(this.hold(b, false));
