@@ -11,7 +11,11 @@ export class PrivateDirError extends Error {
 }
 
 export interface PrivateDirRequest {
-  /** Create what is missing (the last folder 0700, the ones above it 0755 at most). */
+  /**
+   * Create what is missing (the last folder 0700, the ones above it 0755 at most) and leave the folder
+   * 0700: what an owner (a daemon) does. Without it the folder is only checked (the cache tools, which
+   * must not change the mode of a folder someone merely asked about).
+   */
   create: boolean;
   /** How the one-line messages name the folder: 'cache dir', 'runtime dir'. */
   what: string;
@@ -26,7 +30,7 @@ const code = (err: unknown): string => (err as NodeJS.ErrnoException).code ?? St
  * Walks `path` one component at a time (never Node's recursive mkdir, which spins forever on /proc),
  * creating what is missing when asked, refusing a symlink that sits in a world-writable folder (anyone
  * could have put it there: /tmp/cache -> a folder the attacker reads) and a last folder owned by another
- * user. Leaves the folder 0700 and returns its real path. Every refusal is a PrivateDirError of one line.
+ * user. Returns its real path. Every refusal is a PrivateDirError of one line.
  */
 export function preparePrivateDir(path: string, req: PrivateDirRequest): string {
   try {
@@ -83,7 +87,7 @@ function walk(path: string, req: PrivateDirRequest): string {
   if (st.uid !== uid) fail(`belongs to uid ${st.uid}, not to this user (uid ${uid}); refusing to keep private files there`);
   try {
     // Whatever the umask, and whoever made it: the cache names objects, the sockets answer for the mount.
-    if ((st.mode & 0o777) !== 0o700) chmodSync(cur, 0o700);
+    if (req.create && (st.mode & 0o777) !== 0o700) chmodSync(cur, 0o700);
   } catch (err) {
     fail(`cannot be used: ${code(err)} making it private`);
   }

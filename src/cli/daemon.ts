@@ -33,6 +33,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
     env: { ...process.env, GCSMOUNT_DAEMONIZED: '1' },
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const deadline = Date.now() + startTimeoutMs;
   let timer: NodeJS.Timeout | undefined;
   const outcome = await new Promise<DaemonMessage | 'timeout'>((resolve) => {
     timer = setTimeout(() => resolve('timeout'), startTimeoutMs);
@@ -43,7 +44,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
     child.on('error', (err) => resolve({ type: 'error', message: `cannot start the daemon: ${err.message}`, exitCode: EXIT.internal }));
   });
   clearTimeout(timer);
-  if (outcome === 'timeout') {
+  const giveUp = async (): Promise<never> => {
     // SIGKILL: a child stuck in start-up defers SIGTERM until it has mounted, which is what never came.
     try {
       process.kill(-child.pid!, 'SIGKILL');
@@ -56,10 +57,18 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
       `the daemon did not finish mounting within ${formatDuration(startTimeoutMs)} (--start-timeout); stopped it. Run with --foreground to see where it waits`,
       EXIT.internal,
     );
-  }
+  };
+  if (outcome === 'timeout') return giveUp();
   if (outcome.type === 'error') throw new UserError(outcome.message, outcome.exitCode);
-  // The mount answered in the daemon; prove it from here, a separate process, before saying so.
-  await fsp.stat(outcome.mountPoint);
+  // The mount answered in the daemon; prove it from here, a separate process, before saying so (within
+  // the same bound: a daemon that mounted and then wedged must not hang this stat either).
+  let statTimer: NodeJS.Timeout | undefined;
+  const answered = await Promise.race([
+    fsp.stat(outcome.mountPoint).then(() => true),
+    new Promise<false>((r) => (statTimer = setTimeout(() => r(false), Math.max(0, deadline - Date.now())))),
+  ]);
+  clearTimeout(statTimer);
+  if (!answered) return giveUp();
   child.unref();
   child.disconnect?.();
   return EXIT.ok;
