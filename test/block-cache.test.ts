@@ -199,8 +199,18 @@ describe('the block cache on disk', () => {
     const second = await run(GCSMOUNT, [tb.bucket, otherMnt, '--custom-endpoint', tb.emulator.url, '--cache-dir', cacheDir]);
     expect(second.code).toBe(6);
     expect(second.stderr.trim()).toMatch(/^gcsmount: cache dir .* is in use by another gcsmount/);
-    const clear = await run(GCSMOUNT, ['cache', 'clear', '--cache-dir', cacheDir]);
-    expect(clear.code).toBe(6);
+    // Refused without touching anything: the live daemon keeps caching (its tmp/ was once emptied here,
+    // and one failed rename turned its cache off for good).
+    for (const tool of [['cache', 'clear'], ['cache', 'info'], ['stats']]) {
+      expect((await run(GCSMOUNT, [...tool, '--cache-dir', cacheDir])).code, tool.join(' ')).toBe(6);
+    }
+    expect(await sha256Of(join(first.path, 'damage/a.bin'))).toBe(sha256(files['damage/a.bin']!));
+    let stats = { counters: {} as Record<string, number>, gauges: {} as Record<string, number> };
+    await eventually(async () => {
+      stats = JSON.parse((await run(GCSMOUNT, ['stats', first.path, '--json'])).stdout);
+      return (stats.gauges.block_cache_blocks ?? 0) >= 3;
+    });
+    expect(stats.counters.block_cache_write_errors).toBe(0);
     await unmount(first.path);
     await eventually(async () => (await run(GCSMOUNT, ['cache', 'info', '--cache-dir', cacheDir])).code === 0);
     const cleared = await run(GCSMOUNT, ['cache', 'clear', '--cache-dir', cacheDir, '--json']);

@@ -2,10 +2,11 @@ import { constants, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
+import { BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
-import { tempDir } from './helpers/harness.js';
+import { run, tempDir } from './helpers/harness.js';
 
 const BLOCK = 1024 * 1024;
 
@@ -48,6 +49,145 @@ describe('block files and O_DIRECT', () => {
     } finally {
       cache.close();
       pool.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a block cache that meets trouble recovers from it', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  const key = (block: number) => ({ bucket: 'b', object: 'o', generation: '1', block, blockSize: BLOCK });
+  const logSpy = () => {
+    const warn = vi.fn();
+    const info = vi.fn();
+    const log = { ...silentLogger, info, warn, child: () => log } as unknown as typeof silentLogger;
+    const said = (fn: typeof warn, text: string) => fn.mock.calls.filter(([, msg]) => String(msg).includes(text)).length;
+    return { log, warn, info, said };
+  };
+  const blockFiles = async (dir: string) => (await run('find', [join(dir, 'blocks-v1'), '-type', 'f'])).stdout.split('\n').filter(Boolean);
+
+  it('lets a second opener of a live cache dir touch nothing: the owner keeps writing', async () => {
+    const dir = await tempDir('cache');
+    const owner = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    try {
+      await owner.write(key(0), Buffer.alloc(1000, 1));
+      // The owner's next block is written to tmp/ and held just before its rename.
+      const realRename = fsp.rename.bind(fsp);
+      let atRename!: () => void;
+      const arrived = new Promise<void>((r) => (atRename = r));
+      let proceed!: () => void;
+      const go = new Promise<void>((r) => (proceed = r));
+      vi.spyOn(fsp, 'rename').mockImplementationOnce(async (from, to) => {
+        atRename();
+        await go;
+        return realRename(from, to);
+      });
+      const writing = owner.write(key(1), Buffer.alloc(1000, 2));
+      await arrived;
+      // What `gcsmount cache info` or `stats --cache-dir` does under a live mount: refused, and nothing more.
+      expect(() => DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics())).toThrow(IndexLockedError);
+      proceed();
+      await writing;
+      expect(owner.info()).toMatchObject({ state: 'ok', blocks: 2 });
+      expect((await owner.read(key(1)))?.every((b) => b === 2)).toBe(true);
+    } finally {
+      owner.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('takes SQLITE_FULL for a full disk, takes back the block file it renamed, and writes again after the pause', async () => {
+    const dir = await tempDir('cache');
+    const { log, warn, info, said } = logSpy();
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, fullPauseMs: 200 }, log, metrics);
+    try {
+      const put = vi.spyOn(BlockIndex.prototype, 'put').mockImplementationOnce(() => {
+        throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      });
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      expect(put).toHaveBeenCalledTimes(1);
+      expect(cache.info().state).toBe('full');
+      expect(said(warn, 'disk is full')).toBe(1);
+      expect(await blockFiles(dir)).toEqual([]); // renamed into place, then taken back
+      await cache.write(key(1), Buffer.alloc(1000, 2)); // within the pause: not even tried
+      expect(put).toHaveBeenCalledTimes(1);
+      await new Promise((r) => setTimeout(r, 300));
+      await cache.write(key(1), Buffer.alloc(1000, 2));
+      expect(cache.info()).toMatchObject({ state: 'ok', blocks: 1 });
+      expect(said(info, 'room again')).toBe(1);
+      expect(await blockFiles(dir)).toHaveLength(1);
+      expect(metrics.snapshot().counters.block_cache_write_errors).toBe(1);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('retries an unwritable cache with a doubling backoff, logging each change of state once', async () => {
+    const dir = await tempDir('cache');
+    const { log, warn, info, said } = logSpy();
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, unwritableRetryMs: 200, unwritableRetryMaxMs: 5000 }, log, metrics);
+    try {
+      // A transient failure: the temporary folder vanishes under the daemon (as `cache info` once did).
+      await fsp.rm(join(dir, 'tmp'), { recursive: true });
+      await fsp.writeFile(join(dir, 'tmp'), 'a file where the folder was');
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      expect(cache.info().state).toBe('unwritable');
+      await cache.write(key(1), Buffer.alloc(1000, 1)); // within the backoff: skipped
+      await new Promise((r) => setTimeout(r, 300));
+      await cache.write(key(2), Buffer.alloc(1000, 1)); // the retry: still a file there, so the backoff doubles
+      expect(cache.info().state).toBe('unwritable');
+      expect(said(warn, 'not writable')).toBe(1);
+      expect(metrics.snapshot().counters.block_cache_write_errors).toBe(2);
+      await fsp.rm(join(dir, 'tmp'));
+      await cache.write(key(3), Buffer.alloc(1000, 3)); // within the doubled backoff (400 ms): not tried
+      expect(cache.info().state).toBe('unwritable');
+      expect(metrics.snapshot().counters.block_cache_write_errors).toBe(2);
+      await new Promise((r) => setTimeout(r, 500));
+      await cache.write(key(3), Buffer.alloc(1000, 3));
+      expect(cache.info()).toMatchObject({ state: 'ok', blocks: 1 });
+      expect((await cache.read(key(3)))?.every((b) => b === 3)).toBe(true);
+      expect(said(info, 'writable again')).toBe(1);
+      expect(said(warn, 'not writable')).toBe(1);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('takes back a renamed block file whose index row could not be written, so none is orphaned after a clean stop', async () => {
+    const dir = await tempDir('cache');
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, unwritableRetryMs: 10 }, silentLogger, new Metrics());
+    vi.spyOn(BlockIndex.prototype, 'put').mockImplementationOnce(() => {
+      throw Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' });
+    });
+    await cache.write(key(0), Buffer.alloc(1000, 1));
+    expect(cache.info().state).toBe('unwritable');
+    cache.close();
+    expect(await blockFiles(dir)).toEqual([]);
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
+  it('creates its folders 0700 and its files 0600 whatever the umask', async () => {
+    const dir = await tempDir('cache');
+    const old = process.umask(0);
+    try {
+      const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      const pool = new BlockBuffers({ blockSize: BLOCK, maxBytes: 4 * BLOCK, poison: false, idleTrimMs: 60_000 });
+      const lease = pool.lease(BLOCK);
+      await cache.write(key(1), lease.bytes, lease.directCapacity); // the O_DIRECT path
+      lease.release();
+      pool.close();
+      const found = (await run('find', [dir, '-mindepth', '1', '-printf', '%y %m %P\n'])).stdout.trim().split('\n');
+      cache.close();
+      expect(found.length).toBeGreaterThanOrEqual(6); // index.sqlite, -wal, blocks-v1, tmp, a fan folder, two blocks
+      for (const line of found) expect(line, line).toMatch(/^(d 700|f 600) /);
+    } finally {
+      process.umask(old);
       await fsp.rm(dir, { recursive: true, force: true });
     }
   });

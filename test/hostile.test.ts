@@ -48,9 +48,10 @@ describe('hostile names and bad input', () => {
     const all = await run('sh', ['-c', `find ${m.path} -type f -exec cat {} + > /dev/null`]);
     expect(all.code, all.stderr).toBe(0);
     expect(await fsp.access(`/tmp/${escape}`).then(() => true, () => false)).toBe(false);
-    // The cache dir holds only the index, its journal and hashed block files.
+    // The cache dir holds only the index, its journal and hashed block files (and, while a block is on
+    // its way to disk, its hashed temporary file).
     const cached = (await run('find', [cacheDir, '-type', 'f'])).stdout.trim().split('\n');
-    for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(/^\/(index\.sqlite(-wal|-shm)?|blocks-v1\/[0-9a-f]{2}\/[0-9a-f]{32})$/);
+    for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(/^\/(index\.sqlite(-wal|-shm)?|blocks-v1\/[0-9a-f]{2}\/[0-9a-f]{32}|tmp\/[0-9a-f]{32}\.[0-9a-f]{8})$/);
     await unmount(m.path);
   });
 

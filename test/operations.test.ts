@@ -85,6 +85,46 @@ describe('operating a mount', () => {
     await unmount(m.path);
   });
 
+  it('warms a prefix page by page: downloads start with the first list page, and few blocks wait listed at once', async () => {
+    const many: Record<string, Buffer> = {};
+    for (let i = 0; i < 200; i++) many[`many/m${String(i).padStart(3, '0')}.bin`] = bytes(1000 + i, 1000 + i);
+    await writeObjects(tb.root, tb.bucket, many);
+    const m = await mount({ tb, args: ['--cache-dir', await tempDir('cache'), '--file-cache-max-parallel-downloads', '4'] });
+    const pageSize = 10;
+    tb.emulator.setKnobs({ pageSize });
+    try {
+      tb.emulator.resetStats();
+      const w = await run(GCSMOUNT, ['warm', m.path, 'many']);
+      expect(w.code, w.stderr).toBe(0);
+      expect(w.stdout).toMatch(/200 files, .* downloaded, 0 B already cached/);
+      // Each list page names 10 objects, each one GET (a whole small object). When page k is asked for,
+      // 10k objects have been listed; those not yet fetched are what the warm-up holds: a bound of 4
+      // workers x 2 queued, 4 in hand and one page, not the whole prefix (which would list all 20 first).
+      const log = tb.emulator.requestLog();
+      let listed = 0;
+      let fetched = 0;
+      let mostHeld = 0;
+      for (const e of log) {
+        if (e.kind === 'media') fetched++;
+        if (e.kind === 'list') {
+          mostHeld = Math.max(mostHeld, listed - fetched);
+          listed += pageSize;
+        }
+      }
+      expect(log.filter((e) => e.kind === 'list')).toHaveLength(20);
+      expect(fetched).toBe(200);
+      expect(mostHeld).toBeLessThanOrEqual(4 * 2 + 4 + pageSize);
+      tb.emulator.setKnobs({ pageSize: 1000 });
+      tb.emulator.resetStats();
+      const all = await run('sh', ['-c', `cat ${join(m.path, 'many')}/* | sha256sum`]);
+      expect(all.stdout.split(' ')[0]).toBe(sha256(Buffer.concat(Object.keys(many).sort().map((n) => many[n]!))));
+      expect(tb.emulator.stats().requests.media).toBe(0); // every object came from the warmed cache
+    } finally {
+      tb.emulator.setKnobs({ pageSize: 1000 });
+      await unmount(m.path);
+    }
+  });
+
   it('on SIGTERM unmounts, leaves a consistent index, and starts warm again', async () => {
     const cacheDir = await tempDir('cache');
     const m = await mount({ tb, args: ['--cache-dir', cacheDir], foreground: true });

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { renameSync } from 'node:fs';
+import { chmodSync, closeSync, constants as fsConstants, lstatSync, openSync, renameSync } from 'node:fs';
 
 /** One cached block as the index knows it. `key` also names the block's file. */
 export interface BlockRow {
@@ -103,6 +103,10 @@ export class BlockIndex {
   }
 
   private static connect(path: string): Database.Database {
+    // Made 0600 before SQLite sees it (SQLite would create it 0644), and SQLite gives its -wal and -shm
+    // the mode of the database file: object names are nobody else's business. O_NOFOLLOW: never a
+    // planted symlink. Creating the file is the one thing done in the cache dir before the lock.
+    closeSync(openSync(path, fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
     // timeout 0: a locked index is reported at once, not after a silent five-second wait.
     const db = new Database(path, { timeout: 0 });
     try {
@@ -115,6 +119,14 @@ export class BlockIndex {
       db.close();
       if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
       throw err;
+    }
+    // Ours now: an index (and journal) left by an older gcsmount or another umask becomes owner-only too.
+    for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+      try {
+        if (lstatSync(file).isFile()) chmodSync(file, 0o600);
+      } catch {
+        // Not every index has a -wal or -shm.
+      }
     }
     return db;
   }

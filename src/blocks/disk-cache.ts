@@ -1,6 +1,6 @@
 import { crc32c } from '@node-rs/crc32';
 import { createHash, randomBytes } from 'node:crypto';
-import { constants as fsConstants, mkdirSync, promises as fsp, rmSync } from 'node:fs';
+import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp, rmSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../observe/logger.js';
@@ -30,9 +30,21 @@ export interface DiskCacheConfig {
   accessFlushMs: number;
   /** Write block files with O_DIRECT when the block's memory allows it (gcsfuse's --file-cache-enable-o-direct). */
   directIo: boolean;
+  /** After a full disk, how long writes pause before the next try. */
+  fullPauseMs: number;
+  /** After a write fails for another reason, the first pause before writes are tried again; it doubles up to the max. */
+  unwritableRetryMs: number;
+  unwritableRetryMaxMs: number;
 }
 
-export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = { lowWatermark: 0.9, accessFlushMs: 5_000, directIo: true };
+export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
+  lowWatermark: 0.9,
+  accessFlushMs: 5_000,
+  directIo: true,
+  fullPauseMs: 30_000,
+  unwritableRetryMs: 5_000,
+  unwritableRetryMaxMs: 5 * 60_000,
+};
 
 /** O_DIRECT wants the memory, the offset and the length aligned to the device's block; 4 KiB covers 512 and 4K devices. */
 const DIRECT_ALIGN = 4096;
@@ -45,6 +57,27 @@ export function blockFileKey(k: BlockKey): string {
 }
 
 type Health = 'ok' | 'full' | 'unwritable';
+
+/** Owner-only, whatever the umask: block files hold object bytes, the index object names. */
+const FILE_MODE = 0o600;
+const DIR_MODE = 0o700;
+
+/** SQLite's "database or disk is full" (SQLITE_FULL) is the index's ENOSPC. */
+function isDiskFull(err: NodeJS.ErrnoException): boolean {
+  return err.code === 'ENOSPC' || err.code === 'EDQUOT' || err.code === 'SQLITE_FULL';
+}
+
+/** A folder of the cache's own layout, 0700, and a real folder (not a symlink someone put there). */
+function ensureLayoutDir(path: string): void {
+  try {
+    mkdirSync(path, { mode: DIR_MODE });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  const st = lstatSync(path);
+  if (!st.isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
+  if ((st.mode & 0o777) !== DIR_MODE) chmodSync(path, DIR_MODE);
+}
 
 /**
  * Up to `into.length` bytes from the start of the file; the count tells a short file. One read call per
@@ -77,7 +110,7 @@ async function writeDirect(path: string, padded: Buffer, length: number): Promis
   const { O_WRONLY, O_CREAT, O_TRUNC, O_DIRECT } = fsConstants;
   let fh: FileHandle;
   try {
-    fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT);
+    fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, FILE_MODE);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'refused';
     throw err;
@@ -97,7 +130,7 @@ async function writeDirect(path: string, padded: Buffer, length: number): Promis
 
 /** The whole buffer as a new file, in as few write calls as the kernel allows (writeFile writes 512 KiB at a time). */
 async function writeFully(path: string, data: Buffer): Promise<void> {
-  const fh = await fsp.open(path, 'w');
+  const fh = await fsp.open(path, 'w', FILE_MODE);
   try {
     let done = 0;
     while (done < data.length) done += (await fh.write(data, done, data.length - done, done)).bytesWritten;
@@ -121,11 +154,13 @@ export class DiskCache {
   private readonly madeDirs = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
   private health: Health = 'ok';
+  /** While not ok: writes are skipped until then, and the next one is the retry. */
+  private retryAt = 0;
+  private unwritableBackoffMs: number;
   private readonly pendingWrites = new Set<Promise<void>>();
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
   ready: Promise<void> = Promise.resolve();
   private reconciled = true;
-  private fullSince = 0;
   private closed = false;
   private directIo: boolean;
 
@@ -135,17 +170,31 @@ export class DiskCache {
     private readonly metrics: Metrics,
   ) {
     this.directIo = cfg.directIo;
-    mkdirSync(join(cfg.dir, BLOCKS), { recursive: true });
-    // Temporary files are only ever half-written blocks of a process that is gone.
-    rmSync(join(cfg.dir, 'tmp'), { recursive: true, force: true });
-    mkdirSync(join(cfg.dir, 'tmp'));
+    this.unwritableBackoffMs = cfg.unwritableRetryMs;
+    // The lock first: until it is ours, another process may be using every file here (`cache info`
+    // under a live mount once emptied the daemon's tmp/, and its next rename failed).
     this.index = BlockIndex.open(join(cfg.dir, 'index.sqlite'));
+    try {
+      // Temporary files are only ever half-written blocks of a process that is gone.
+      rmSync(join(cfg.dir, 'tmp'), { recursive: true, force: true });
+      this.ensureLayout();
+    } catch (err) {
+      this.index.close(false);
+      throw err;
+    }
     if (this.index.rebuiltFrom) log.warn({ aside: this.index.rebuiltFrom }, 'block cache index was unreadable; moved aside and started empty');
     const t = this.index.totals();
     this.bytes = t.bytes;
     this.blocks = t.blocks;
     this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
-    this.flushTimer = setInterval(() => this.index.flushAccess(), cfg.accessFlushMs);
+    this.flushTimer = setInterval(() => {
+      try {
+        this.index.flushAccess();
+      } catch (err) {
+        // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
+        this.writeFailed(err as NodeJS.ErrnoException);
+      }
+    }, cfg.accessFlushMs);
     this.flushTimer.unref();
     metrics.setGauge('block_cache_bytes', () => this.bytes);
     metrics.setGauge('block_cache_blocks', () => this.blocks);
@@ -168,6 +217,12 @@ export class DiskCache {
       );
     }
     return cache;
+  }
+
+  private ensureLayout(): void {
+    ensureLayoutDir(join(this.cfg.dir, BLOCKS));
+    ensureLayoutDir(join(this.cfg.dir, 'tmp'));
+    this.madeDirs.clear();
   }
 
   private path(key: string): string {
@@ -248,30 +303,59 @@ export class DiskCache {
   }
 
   private async writeNow(k: BlockKey, data: Buffer, directCapacity: number): Promise<void> {
-    if (this.closed || this.health === 'unwritable' || data.length > this.limitBytes) return;
-    if (this.health === 'full' && Date.now() - this.fullSince < 30_000) return;
+    if (this.closed || data.length > this.limitBytes) return;
+    if (this.health !== 'ok') {
+      if (Date.now() < this.retryAt) return;
+      // This write is the retry; the ones behind it wait for its outcome.
+      this.retryAt = Number.POSITIVE_INFINITY;
+      if (this.health === 'unwritable') {
+        try {
+          // Whatever went away (an emptied tmp/, a removed folder) comes back before the retry.
+          this.ensureLayout();
+        } catch (err) {
+          this.writeFailed(err as NodeJS.ErrnoException);
+          return;
+        }
+      }
+    }
     const key = blockFileKey(k);
-    if (this.index.has(key)) return;
-    // Reserve the space before the first await, so concurrent writers cannot overshoot the budget together.
-    this.makeRoom(data.length);
-    this.bytes += data.length;
-    this.blocks += 1;
+    if (this.index.has(key)) {
+      if (this.health !== 'ok') this.retryAt = 0; // not a retry after all: the next write is
+      return;
+    }
     const tmp = join(this.cfg.dir, 'tmp', `${key}.${randomBytes(4).toString('hex')}`);
+    const final = this.path(key);
+    let reserved = false;
+    let renamed = false;
     try {
+      // Reserve the space before the first await, so concurrent writers cannot overshoot the budget together.
+      this.makeRoom(data.length);
+      this.bytes += data.length;
+      this.blocks += 1;
+      reserved = true;
       await this.writeBlockFile(tmp, data, directCapacity);
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
-        await fsp.mkdir(dir, { recursive: true });
+        await fsp.mkdir(dir, { mode: DIR_MODE }).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'EEXIST') throw err;
+        });
+        await fsp.chmod(dir, DIR_MODE);
         this.madeDirs.add(dir);
       }
-      await fsp.rename(tmp, this.path(key));
+      await fsp.rename(tmp, final);
+      renamed = true;
       if (this.closed) throw new Error('closed');
       this.index.put({ key, ...k, size: data.length, crc32c: crc32c(data), lastAccess: Date.now() });
-      if (this.health === 'full') this.recovered();
+      if (this.health !== 'ok') this.recovered();
     } catch (err) {
-      this.bytes -= data.length;
-      this.blocks -= 1;
+      if (reserved) {
+        this.bytes -= data.length;
+        this.blocks -= 1;
+      }
       await fsp.rm(tmp, { force: true }).catch(() => undefined);
+      // A file without a row costs disk the budget does not see, and after a clean stop nothing would
+      // look for it: take it back. If even that fails, the next start reconciles.
+      if (renamed) await fsp.rm(final, { force: true }).catch(() => (this.reconciled = false));
       if (!this.closed) this.writeFailed(err as NodeJS.ErrnoException);
     }
   }
@@ -296,23 +380,40 @@ export class DiskCache {
     await writeFully(path, data);
   }
 
+  /**
+   * Neither condition is forever: a full disk pauses writes for `fullPauseMs`, any other failure for a
+   * backoff that doubles while retries keep failing. Logged once per change of state, not per block.
+   */
   private writeFailed(err: NodeJS.ErrnoException): void {
     this.metrics.inc('block_cache_write_errors');
-    if (err.code === 'ENOSPC' || err.code === 'EDQUOT') {
+    if (isDiskFull(err)) {
       if (this.health !== 'full') this.log.warn({ dir: this.cfg.dir, code: err.code }, 'block cache disk is full: reads go straight to GCS until space frees up');
       this.health = 'full';
-      this.fullSince = Date.now();
+      this.retryAt = Date.now() + this.cfg.fullPauseMs;
+      this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
       // Make the next attempt likely to fit: give back a slice of what we hold.
-      this.evictDownTo(this.bytes * this.cfg.lowWatermark);
-    } else if (this.health === 'ok') {
-      this.log.warn({ dir: this.cfg.dir, code: err.code, err: err.message }, 'block cache directory is not writable: caching stops, reads go straight to GCS');
+      try {
+        this.evictDownTo(this.bytes * this.cfg.lowWatermark);
+      } catch {
+        // The index may be what is full; the pause still holds.
+      }
+    } else {
+      if (this.health !== 'unwritable') {
+        this.log.warn({ dir: this.cfg.dir, code: err.code, err: err.message }, 'block cache directory is not writable: reads go straight to GCS; writes are retried with backoff');
+        this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
+      } else {
+        this.unwritableBackoffMs = Math.min(this.unwritableBackoffMs * 2, this.cfg.unwritableRetryMaxMs);
+      }
       this.health = 'unwritable';
+      this.retryAt = Date.now() + this.unwritableBackoffMs;
     }
   }
 
   private recovered(): void {
+    this.log.info({ dir: this.cfg.dir, was: this.health }, this.health === 'full' ? 'block cache disk has room again' : 'block cache directory is writable again');
     this.health = 'ok';
-    this.log.info({ dir: this.cfg.dir }, 'block cache disk has room again');
+    this.retryAt = 0;
+    this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
   }
 
   private makeRoom(incoming: number): void {
@@ -326,22 +427,27 @@ export class DiskCache {
     while (this.bytes > target) {
       const batch = this.index.oldest(256, offset);
       if (batch.length === 0) return;
-      const victims: string[] = [];
-      for (const { key, size } of batch) {
-        if (this.bytes <= target) break;
-        if (this.pinned.has(key)) {
+      const victims: { key: string; size: number }[] = [];
+      let left = this.bytes;
+      for (const v of batch) {
+        if (left <= target) break;
+        if (this.pinned.has(v.key)) {
           offset++;
           continue;
         }
-        victims.push(key);
+        victims.push(v);
+        left -= v.size;
+      }
+      // Rows first (this may throw, SQLITE_FULL for one), then the counts that follow them.
+      this.index.delete(victims.map((v) => v.key));
+      for (const { size } of victims) {
         this.bytes -= size;
         this.blocks -= 1;
         this.metrics.inc('block_cache_evictions');
         this.metrics.inc('block_cache_evicted_bytes', size);
       }
-      this.index.delete(victims);
       // The file goes after the row; a reader that already opened it keeps reading (Linux unlink semantics).
-      for (const key of victims) void fsp.rm(this.path(key), { force: true }).catch(() => undefined);
+      for (const { key } of victims) void fsp.rm(this.path(key), { force: true }).catch(() => undefined);
     }
   }
 
@@ -424,8 +530,7 @@ export class DiskCache {
     this.bytes = 0;
     this.blocks = 0;
     await fsp.rm(join(this.cfg.dir, BLOCKS), { recursive: true, force: true });
-    await fsp.mkdir(join(this.cfg.dir, BLOCKS));
-    this.madeDirs.clear();
+    this.ensureLayout();
   }
 
   /** Flushes access times, marks the index clean and releases its lock. */

@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { EXIT, UserError, type ExitCode } from './exit.js';
+import { formatDuration } from './values.js';
 
 /** What the foreground daemon tells a parent that started it, over the IPC channel. */
 export type DaemonMessage = { type: 'ready'; mountPoint: string } | { type: 'error'; message: string; exitCode: ExitCode };
@@ -13,12 +14,17 @@ export function reportToParent(msg: DaemonMessage): void {
   });
 }
 
+/** After the child is killed, how long to wait for it to be gone before exiting anyway. */
+const KILL_GRACE_MS = 5_000;
+
 /**
  * Starts this same command again in the foreground as a detached child, waits until it has mounted (or
  * failed), and returns the exit code to use: like gcsfuse, `gcsmount BUCKET DIR` returns once the mount
- * answers. The child's start-up errors come back over IPC and are printed here, as one line.
+ * answers. The child's start-up errors come back over IPC and are printed here, as one line. The wait
+ * is bounded by `startTimeoutMs` (--start-timeout): a child that has not reported by then (a silent
+ * endpoint, a wedged system call) is killed, with its process group, and that is one line too.
  */
-export async function daemonize(argv: string[]): Promise<number> {
+export async function daemonize(argv: string[], startTimeoutMs: number): Promise<number> {
   const entry = process.argv[1];
   if (!entry) throw new UserError('cannot find the gcsmount entry script to daemonise', EXIT.internal);
   const child = spawn(process.execPath, [entry, ...argv, '--foreground'], {
@@ -26,16 +32,43 @@ export async function daemonize(argv: string[]): Promise<number> {
     stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
     env: { ...process.env, GCSMOUNT_DAEMONIZED: '1' },
   });
-  const outcome = await new Promise<DaemonMessage>((resolve) => {
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const deadline = Date.now() + startTimeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await new Promise<DaemonMessage | 'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), startTimeoutMs);
     child.on('message', (m: DaemonMessage) => resolve(m));
     child.on('exit', (code, signal) =>
       resolve({ type: 'error', message: `the daemon exited during start-up (${signal ?? `code ${code}`}); run with --foreground to see why`, exitCode: EXIT.internal }),
     );
     child.on('error', (err) => resolve({ type: 'error', message: `cannot start the daemon: ${err.message}`, exitCode: EXIT.internal }));
   });
+  clearTimeout(timer);
+  const giveUp = async (): Promise<never> => {
+    // SIGKILL: a child stuck in start-up defers SIGTERM until it has mounted, which is what never came.
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      child.kill('SIGKILL');
+    }
+    await Promise.race([exited, new Promise((r) => setTimeout(r, KILL_GRACE_MS).unref())]);
+    if (child.connected) child.disconnect();
+    throw new UserError(
+      `the daemon did not finish mounting within ${formatDuration(startTimeoutMs)} (--start-timeout); stopped it. Run with --foreground to see where it waits`,
+      EXIT.internal,
+    );
+  };
+  if (outcome === 'timeout') return giveUp();
   if (outcome.type === 'error') throw new UserError(outcome.message, outcome.exitCode);
-  // The mount answered in the daemon; prove it from here, a separate process, before saying so.
-  await fsp.stat(outcome.mountPoint);
+  // The mount answered in the daemon; prove it from here, a separate process, before saying so (within
+  // the same bound: a daemon that mounted and then wedged must not hang this stat either).
+  let statTimer: NodeJS.Timeout | undefined;
+  const answered = await Promise.race([
+    fsp.stat(outcome.mountPoint).then(() => true),
+    new Promise<false>((r) => (statTimer = setTimeout(() => r(false), Math.max(0, deadline - Date.now())))),
+  ]);
+  clearTimeout(statTimer);
+  if (!answered) return giveUp();
   child.unref();
   child.disconnect?.();
   return EXIT.ok;

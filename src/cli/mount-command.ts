@@ -2,6 +2,7 @@ import type { FuseMount } from '../fs/mount.js';
 import { CredentialsError } from '../gcs/auth.js';
 import { GcsError } from '../gcs/errors.js';
 import { MountPointError } from '../fs/mount.js';
+import { PrivateDirError } from '../private-dir.js';
 import { createLogger, severityFrom } from '../observe/logger.js';
 import { daemonize, reportToParent } from './daemon.js';
 import { EXIT, UserError } from './exit.js';
@@ -18,7 +19,7 @@ export async function runMount(argv: string[]): Promise<number> {
     if (err instanceof OptionError) throw new UserError(`${err.message} (see gcsmount --help)`, EXIT.usage);
     throw err;
   }
-  if (!opts.values.foreground) return daemonize(argv);
+  if (!opts.values.foreground) return daemonize(argv, opts.values['start-timeout']);
   return runForeground(opts);
 }
 
@@ -26,6 +27,8 @@ export async function runMount(argv: string[]): Promise<number> {
 function asUserError(err: unknown, bucket: string): UserError | null {
   if (err instanceof UserError) return err;
   if (err instanceof MountPointError) return new UserError(err.message, EXIT.mountPoint);
+  // The cache dir's, or the control socket's runtime dir: private state in a folder that is not private.
+  if (err instanceof PrivateDirError) return new UserError(err.message, EXIT.cacheDir);
   if (err instanceof CredentialsError) return new UserError(err.message, EXIT.credentials);
   if (err instanceof GcsError) {
     if (err.code === 'NOT_FOUND') return new UserError(`bucket ${bucket} does not exist`, EXIT.bucket);

@@ -94,6 +94,16 @@ export const PARAMS = [
     effect: 'effective',
   },
   {
+    flag: 'start-timeout',
+    configKey: 'gcsmount.start-timeout',
+    type: 'duration',
+    default: 120_000,
+    help: 'gcsmount: how long `gcsmount BUCKET DIR` waits for its daemon to mount (credentials, bucket check, cache dir, kernel mount; seconds when GCS answers) before it stops the daemon and exits 1. Not used with --foreground, where the service manager\'s start timeout applies',
+    group: 'Mounting',
+    effect: 'effective',
+    min: 1000,
+  },
+  {
     flag: 'only-dir',
     configKey: 'only-dir',
     type: 'string',

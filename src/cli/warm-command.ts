@@ -58,9 +58,11 @@ export async function runWarm(args: string[]): Promise<number> {
     const show = (w: WarmProgress) => {
       const secs = (performance.now() - started) / 1000;
       const rate = formatBytes(secs > 0 ? w.bytesDone / secs : 0);
-      const payload = { files: `${w.filesDone}/${w.files}`, done: formatBytes(w.bytesDone + w.bytesSkipped), total: formatBytes(w.bytes), rate };
+      const payload = { files: `${w.filesDone}/${w.files}${w.listing ? '+' : ''}`, done: formatBytes(w.bytesDone + w.bytesSkipped), total: formatBytes(w.bytes), rate };
       if (bar) {
         if (!bar.isActive) bar.start(Math.max(1, w.bytes), 0, payload);
+        // The daemon lists while it downloads: the total grows until the list is read.
+        bar.setTotal(Math.max(1, w.bytes));
         bar.update(w.bytesDone + w.bytesSkipped, payload);
       } else if (w.done || performance.now() - lastLine > 2000) {
         lastLine = performance.now();

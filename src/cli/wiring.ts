@@ -1,4 +1,3 @@
-import { mkdirSync } from 'node:fs';
 import { BlockBuffers } from '../blocks/block-buffers.js';
 import { BlockSource } from '../blocks/block-source.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
@@ -7,10 +6,12 @@ import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
+import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
 import { warm } from '../fs/warmer.js';
 import { startControlServer, type MountInfo } from '../observe/control-server.js';
 import { startPrometheus } from '../observe/prometheus.js';
-import { socketPathFor } from '../observe/runtime-dir.js';
+import { ensureRuntimeDir, socketPathFor } from '../observe/runtime-dir.js';
+import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
 import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
@@ -60,6 +61,8 @@ export interface RunningDaemon {
 export async function startDaemon(opts: MountOptions, log: Logger): Promise<RunningDaemon> {
   const v = opts.values;
   const mountPoint = await prepareMountPoint(opts.mountPoint);
+  // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
+  await ensureRuntimeDir();
   let endpoint;
   try {
     endpoint = resolveEndpoint(v['custom-endpoint'] || undefined, process.env);
@@ -140,6 +143,8 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       mountTimeMs: Date.now(),
     },
     reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget },
+    // As long as the kernel may hold a size: its attribute timeout.
+    reportedSizes: { ...DEFAULT_REPORTED_SIZES, ttlMs: kernelSecs(ttl) * 1000 },
     log,
     metrics,
   });
@@ -230,14 +235,11 @@ function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskC
   const limit = getSizeLimit(opts, 'file-cache-max-size-mb');
   if (!dir || limit.kind === 'off') return null;
   try {
-    try {
-      mkdirSync(dir, { recursive: true });
-    } catch {
-      // Node's recursive mkdir says ENOENT on a read-only file system; a plain one tells the real cause.
-      mkdirSync(dir);
-    }
-    return DiskCache.open({ dir, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
+    // Component by component (Node's recursive mkdir spins forever on /proc/x), 0700, ours.
+    const real = preparePrivateDir(dir, { create: true, what: 'cache dir' });
+    return DiskCache.open({ dir: real, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
   } catch (err) {
+    if (err instanceof PrivateDirError) throw new UserError(err.message, EXIT.cacheDir);
     if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);
     const code = (err as NodeJS.ErrnoException).code;
     throw new UserError(`cache dir ${dir} cannot be used: ${code ?? (err as Error).message}`, EXIT.cacheDir);

@@ -12,6 +12,30 @@ interface Pin {
   opens: number;
 }
 
+export interface ReportedSizesConfig {
+  /**
+   * How long the kernel may hold attributes it was given (its attribute timeout): past it, the kernel
+   * asks again before it trusts a size, so the entry has no more work to do.
+   */
+  ttlMs: number;
+  /**
+   * The most paths kept. Only a path stat'd within the last `ttlMs` needs its entry, so this is the
+   * most files a workload may stat within one attribute timeout before the oldest entry goes early.
+   */
+  max: number;
+  /** The clock (tests); performance.now() otherwise. */
+  now?: () => number;
+}
+
+/** 100,000 paths: about 30 MB at worst (each entry's metadata no longer shared with the metadata cache). */
+export const DEFAULT_REPORTED_SIZES: ReportedSizesConfig = { ttlMs: 60_000, max: 100_000 };
+
+/**
+ * Even a kernel told "attributes time out at once" holds a size between its getattr and the open that
+ * follows it; entries live at least this long.
+ */
+const MIN_REPORTED_TTL_MS = 1_000;
+
 /**
  * Open files by the number handed to the kernel, and the generation each path is pinned to.
  *
@@ -27,13 +51,36 @@ interface Pin {
 export class HandleTable {
   private readonly open = new Map<number, OpenFile>();
   private readonly pins = new Map<string, Pin>();
-  /** What getattr last told the kernel about each file, bounded: past it, an open asks the namespace. */
-  private readonly reported = new LRUCache<string, ObjectMeta>({ max: 500_000 });
+  /**
+   * What getattr last told the kernel about each file, for as long as the kernel may hold it (open
+   * handles are covered by `pins`, which nothing expires). Expired entries are dropped in one sweep per
+   * TTL, on the next report, so an idle mount holds at most `max` and a busy one only what is current.
+   */
+  private readonly reported: LRUCache<string, ObjectMeta>;
+  private readonly ttlMs: number;
+  private readonly now: () => number;
+  private lastSweep: number;
   private next = 1;
+
+  constructor(cfg: ReportedSizesConfig = DEFAULT_REPORTED_SIZES) {
+    this.ttlMs = Math.max(MIN_REPORTED_TTL_MS, Math.ceil(cfg.ttlMs));
+    this.now = cfg.now ?? (() => performance.now());
+    this.reported = new LRUCache<string, ObjectMeta>({ max: Math.max(1, cfg.max), ttl: this.ttlMs, ttlResolution: 0, perf: { now: this.now } });
+    this.lastSweep = this.now();
+  }
 
   /** Records the attributes handed to the kernel for a file. */
   reportedToKernel(path: string, meta: ObjectMeta): void {
     this.reported.set(path, meta);
+    if (this.now() - this.lastSweep >= this.ttlMs) {
+      this.lastSweep = this.now();
+      this.reported.purgeStale();
+    }
+  }
+
+  /** How many paths the table of reported attributes holds (expired ones included until the next sweep). */
+  get reportedCount(): number {
+    return this.reported.size;
   }
 
   /** The generation an open of `path` must read: the pinned one, else the one the kernel has the size of. */

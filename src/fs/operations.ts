@@ -9,13 +9,15 @@ import type { Metrics } from '../observe/metrics.js';
 import type { Namespace } from '../namespace/namespace.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
-import { HandleTable } from './handles.js';
+import { HandleTable, type ReportedSizesConfig } from './handles.js';
 
 export interface OperationDeps {
   namespace: Namespace;
   blocks: BlockSource;
   attributes: AttributePolicy;
   reader: HandleReaderConfig;
+  /** How long, and for how many paths, the sizes told to the kernel are remembered. */
+  reportedSizes: ReportedSizesConfig;
   log: Logger;
   metrics: Metrics;
 }
@@ -43,7 +45,7 @@ const readOnly = (...args: unknown[]): void => (args.at(-1) as (err: number) => 
 /** FUSE operations for a read-only mount. Every callback is answered exactly once, errors included. */
 export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: HandleTable } {
   const { namespace, metrics, log } = deps;
-  const handles = new HandleTable();
+  const handles = new HandleTable(deps.reportedSizes);
   metrics.setGauge('open_files', () => handles.size);
 
   const fail = (op: string, path: string, err: unknown, errno: number): number => {

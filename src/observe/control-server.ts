@@ -19,6 +19,8 @@ export interface WarmProgress {
   bytesDone: number;
   bytesSkipped: number;
   done: boolean;
+  /** The object list is still being read page by page: `files` and `bytes` are the totals so far. */
+  listing?: boolean;
   error?: string;
 }
 

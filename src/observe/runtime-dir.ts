@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { preparePrivateDir } from '../private-dir.js';
 
 /**
  * Where the control sockets live: one per mount, owner-only. /run/gcsmount for root (the systemd case),
@@ -20,11 +21,13 @@ export function socketPathFor(mountPoint: string, env: NodeJS.ProcessEnv = proce
   return join(runtimeDir(env), `${id}.sock`);
 }
 
+/**
+ * Makes the runtime dir (0700), refusing one another user owns or one reached through a symlink in a
+ * world-writable folder (the /tmp fallback is where someone else could have made it first): a
+ * PrivateDirError of one line.
+ */
 export async function ensureRuntimeDir(env: NodeJS.ProcessEnv = process.env): Promise<string> {
-  const dir = runtimeDir(env);
-  await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
-  await fsp.chmod(dir, 0o700);
-  return dir;
+  return preparePrivateDir(runtimeDir(env), { create: true, what: 'runtime dir' });
 }
 
 export async function allSockets(env: NodeJS.ProcessEnv = process.env): Promise<string[]> {
