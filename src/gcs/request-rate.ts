@@ -48,8 +48,8 @@ export interface RequestRateConfig {
 export const DEFAULT_REQUEST_RATE: Omit<RequestRateConfig, 'initial' | 'max'> = {
   rampDoublingMs: 20 * 60_000,
   min: 1,
-  increasePerSecond: 1,
-  decreaseFactor: 0.85,
+  increasePerSecond: 5,
+  decreaseFactor: 0.75,
   burstSeconds: 0.1,
 };
 
@@ -69,6 +69,10 @@ interface Waiter {
 /** Successes in the last second are counted in buckets of this many ms. */
 const WINDOW_SLOT_MS = 100;
 const WINDOW_SLOTS = 10;
+/** Saturated seconds without a 429 before the increase starts doubling. */
+const CALM_SECONDS = 5;
+/** The step grows to at most 2^this times the additive step: a daemon that misses the 429s of an overload must not run away. */
+const MAX_DOUBLINGS = 2;
 
 export class RequestRate {
   private readonly now: () => number;
@@ -86,8 +90,13 @@ export class RequestRate {
   private readonly accepted = new Array<number>(WINDOW_SLOTS).fill(0);
   private slotStart: number;
   private slot = 0;
+  /** When requests started flowing after a quiet second: the accepted rate is measured from then at most. */
+  private activeSince: number;
+  private lastGrantAt = Number.NEGATIVE_INFINITY;
   /** Since when requests have waited for tokens with no 429 (null: not saturated). */
   private growSince: number | null = null;
+  /** Saturated seconds in a row without a 429: past a few, the steps double (capacity has freed up). */
+  private calmSeconds = 0;
 
   // Counters for stats.
   grants = 0;
@@ -106,6 +115,7 @@ export class RequestRate {
     this.startedAt = this.now();
     this.lastRefill = this.startedAt;
     this.slotStart = this.startedAt;
+    this.activeSince = this.startedAt;
     this.rateValue = Math.min(cfg.initial, cfg.max);
     this.tokens = this.capacity();
   }
@@ -130,7 +140,7 @@ export class RequestRate {
     this.refill();
     if (this.waiters.length === 0 && this.tokens >= 1 && this.now() >= this.pausedUntil) {
       this.tokens -= 1;
-      this.grants++;
+      this.granted(this.now());
       return Promise.resolve({ epoch: this.epoch, waitedMs: 0 });
     }
     return new Promise((resolve) => {
@@ -156,11 +166,13 @@ export class RequestRate {
       this.arm();
     }
     this.growSince = null;
+    this.calmSeconds = 0;
     if (grant.epoch !== this.epoch) return false;
     this.rollWindow();
     // The ring holds the current, partial slot and the full slots before it.
     const covered = (WINDOW_SLOTS - 1) * WINDOW_SLOT_MS + (t - this.slotStart);
-    const elapsed = Math.max(WINDOW_SLOT_MS, Math.min(covered, t - this.startedAt));
+    // A burst that began a moment ago after a quiet spell is measured over that moment, not a second.
+    const elapsed = Math.max(WINDOW_SLOT_MS, Math.min(covered, t - this.activeSince));
     const acceptedRate = (this.accepted.reduce((a, b) => a + b, 0) * 1000) / elapsed;
     this.rateValue = Math.max(this.cfg.min, this.cfg.decreaseFactor * Math.min(this.rate, Math.max(acceptedRate, this.cfg.min)));
     this.tokens = Math.min(this.tokens, 0);
@@ -174,6 +186,12 @@ export class RequestRate {
     this.cancelTimer = null;
   }
 
+  private granted(t: number): void {
+    this.grants++;
+    if (t - this.lastGrantAt > WINDOW_SLOT_MS * WINDOW_SLOTS) this.activeSince = t;
+    this.lastGrantAt = t;
+  }
+
   private capacity(): number {
     return Math.max(1, this.rate * this.cfg.burstSeconds);
   }
@@ -185,15 +203,31 @@ export class RequestRate {
     this.lastRefill = t;
   }
 
-  /** Additive increase: for each full second of saturated use without a 429, one step. */
+  /**
+   * Additive increase: for each full second of saturated use without a 429, one step. After
+   * CALM_SECONDS such seconds in a row the step doubles each second (up to 4 steps, and half the rate): the limit
+   * is not near (another daemon has stopped, or GCS has scaled up), and +1 step/s would take minutes to
+   * find it. Near the limit 429s come every few seconds, so the steps stay additive and the shares fair.
+   */
   private grow(): void {
     if (this.growSince === null) return;
     const t = this.now();
-    const seconds = (t - this.growSince) / 1000;
+    const seconds = Math.floor((t - this.growSince) / 1000);
     if (seconds < 1) return;
     this.refill();
-    this.rateValue = Math.min(this.ceiling(), this.rate + this.cfg.increasePerSecond * Math.floor(seconds));
-    this.growSince = this.waiters.length > 0 ? t : null;
+    let rate = this.rate;
+    for (let i = 0; i < seconds; i++) {
+      this.calmSeconds++;
+      const doubling = Math.max(0, this.calmSeconds - CALM_SECONDS);
+      const step = this.cfg.increasePerSecond * 2 ** Math.min(doubling, MAX_DOUBLINGS);
+      rate += Math.min(step, Math.max(this.cfg.increasePerSecond, rate / 2));
+    }
+    this.rateValue = Math.min(this.ceiling(), rate);
+    this.growSince = this.growSince + seconds * 1000;
+    if (this.waiters.length === 0) {
+      this.growSince = null;
+      this.calmSeconds = 0;
+    }
   }
 
   private rollWindow(): void {
@@ -220,7 +254,7 @@ export class RequestRate {
       if (i < 0) i = 0;
       const [w] = this.waiters.splice(i, 1);
       this.tokens -= 1;
-      this.grants++;
+      this.granted(t);
       this.waits++;
       this.waitedMs += t - w!.since;
       w!.resolve({ epoch: this.epoch, waitedMs: t - w!.since });
