@@ -2,6 +2,7 @@ import { machine } from './harness.js';
 import { indexScenario, warmReadScenario } from './block-cache.js';
 import { dataPathScenario } from './data-path.js';
 import { metadataScenario } from './metadata.js';
+import { sharingScenario } from './sharing.js';
 import { zarrScenario } from './zarr.js';
 
 /** `npm run bench [-- SCENARIO...]`: prints Markdown for bench/RESULTS.md. */
@@ -10,6 +11,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   zarr: { title: 'Zarr: open + load of a 1 GiB store', run: zarrScenario },
   'data-path': { title: 'Cold reads: sequential, many small files, random, against the download ceiling', run: dataPathScenario },
   index: { title: 'Block index: SQLite at 1,000,000 blocks', run: indexScenario },
+  sharing: { title: 'Sharing a bucket: three daemons under one 60 requests/s limit; reads through stalling bodies', run: sharingScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 

@@ -1,6 +1,6 @@
 import { crc32c } from '@node-rs/crc32';
 import { GcsError } from '../gcs/errors.js';
-import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import type { ObjectClient, ObjectMeta, ReadPriority } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
@@ -31,6 +31,8 @@ interface Pending {
   /** Resolves with the load's own reference: waiters take theirs from it. */
   promise: Promise<BlockData>;
   ticket: Ticket | null;
+  /** The download's place in the request-rate queue: raised with the ticket when a reader waits on it. */
+  rate: ReadPriority;
 }
 
 /**
@@ -62,10 +64,13 @@ export class BlockSource {
     const existing = map.get(key);
     if (existing) {
       this.deps.metrics.inc('block_shared_waits');
-      if (priority === 'demand') existing.ticket?.promote();
+      if (priority === 'demand') {
+        existing.ticket?.promote();
+        existing.rate.priority = 'urgent';
+      }
       return existing.promise;
     }
-    const pending: Pending = { promise: Promise.resolve(unpooled(Buffer.alloc(0))), ticket: null };
+    const pending: Pending = { promise: Promise.resolve(unpooled(Buffer.alloc(0))), ticket: null, rate: { priority: priority === 'demand' ? 'urgent' : 'background' } };
     const loaded = work(pending);
     pending.promise = loaded.finally(() => map.delete(key));
     // The load's own reference goes in a later macrotask: every waiter's retain() is a reaction to this
@@ -103,11 +108,13 @@ export class BlockSource {
     if (meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold) {
       const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, p));
       // The whole object's ticket is this block's too: a reader waiting on it can promote it.
-      pending.ticket = this.wholes.get(fileId(meta))?.ticket ?? null;
+      const shared = this.wholes.get(fileId(meta));
+      pending.ticket = shared?.ticket ?? null;
+      if (shared) pending.rate = shared.rate;
       // Whole objects are not pooled (they are larger than a block): a view of one needs no reference.
       return unpooled((await whole).bytes.subarray(start, end));
     }
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end));
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate));
     pending.ticket = ticket;
     const block = await result;
     this.stored(meta, index, block);
@@ -126,7 +133,7 @@ export class BlockSource {
   }
 
   private async loadWhole(meta: ObjectMeta, priority: Priority, pending: Pending): Promise<BlockData> {
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size));
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate));
     pending.ticket = ticket;
     const data = await result;
     for (let i = 0; i * this.blockSize < meta.size; i++) this.stored(meta, i, unpooled(data.bytes.subarray(i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize))));
@@ -155,12 +162,12 @@ export class BlockSource {
    * A range of the object, into a pooled buffer when it fits one; a download of the whole object is
    * checked against the object's CRC32C.
    */
-  private async fetch(meta: ObjectMeta, start: number, end: number): Promise<BlockData> {
+  private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority): Promise<BlockData> {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
     const lease = end - start <= this.blockSize ? this.deps.buffers.lease(end - start) : null;
     try {
       for (let attempt = 1; ; attempt++) {
-        const data = await this.deps.client.readRange(meta.name, meta.generation, start, end, lease?.bytes);
+        const data = await this.deps.client.readRange(meta.name, meta.generation, start, end, lease?.bytes, priority);
         if (!whole || crc32c(data) === Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0)) return lease ?? unpooled(data);
         this.deps.metrics.inc('object_crc_mismatches');
         this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');

@@ -16,7 +16,9 @@ import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
+import { DEFAULT_REQUEST_RATE, RequestRate } from '../gcs/request-rate.js';
 import { DEFAULT_RETRY } from '../gcs/retry.js';
+import { StallTimeout } from '../gcs/stall-timeout.js';
 import { OnceLog, type Logger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
 import { NameMapper } from '../namespace/names.js';
@@ -74,6 +76,24 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
   const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
   metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
+  const rate =
+    v['initial-ops-per-sec'] > 0
+      ? new RequestRate({ ...DEFAULT_REQUEST_RATE, initial: v['initial-ops-per-sec'], max: v['limit-ops-per-sec'] > 0 ? v['limit-ops-per-sec'] : Number.POSITIVE_INFINITY })
+      : null;
+  if (rate) {
+    metrics.setGauge('gcs_rate_limit', () => Math.round(rate.rate * 10) / 10);
+    metrics.setGauge('gcs_rate_ceiling', () => Math.round(rate.ceiling()));
+    metrics.setGauge('gcs_rate_queued', () => rate.queued);
+  }
+  const stall = v['enable-read-stall-retry']
+    ? new StallTimeout({
+        initialMs: v['read-stall-initial-req-timeout'],
+        minMs: v['read-stall-min-req-timeout'],
+        maxMs: Math.max(v['read-stall-min-req-timeout'], v['read-stall-max-req-timeout']),
+        percentile: v['read-stall-req-target-percentile'],
+      })
+    : null;
+  if (stall) metrics.setGauge('gcs_stall_timeout_ms', () => Math.round(stall.currentMs));
   const clientConfig: HttpClientConfig = {
     endpoint,
     bucket: opts.bucket,
@@ -87,6 +107,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       maxDelayMs: v['max-retry-sleep'],
     },
     concurrency,
+    rate,
+    stall,
+    maxRetryDurationMs: v['max-retry-duration'],
     log,
     metrics,
   };
@@ -96,6 +119,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     ...clientConfig,
     retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 },
     concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
+    rate: null,
   });
   try {
     await probe.getBucket();
@@ -200,6 +224,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
       disk?.close();
       buffers.close();
       await client.close();
+      rate?.close();
       log.info({ metrics: metrics.snapshot() }, 'final counters');
     },
   };

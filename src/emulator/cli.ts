@@ -19,6 +19,11 @@ interface CliOptions {
   shortBodyRate?: number;
   pageSize?: number;
   seed?: number;
+  rateLimit?: number;
+  rateLimitBurst?: number;
+  bodyStallRate?: number;
+  bodyStallMs?: number;
+  bodyStallHangUp?: boolean;
   createBucket: string[];
   quiet?: boolean;
 }
@@ -50,6 +55,11 @@ function buildCommand(): Command {
     .option('--short-body-rate <p>', 'probability (0..1) of ending a media body after about half', rate('short-body-rate'))
     .option('--page-size <n>', 'largest objects.list page', integer('page-size', 1, 1000))
     .option('--seed <n>', 'seed for the fault dice', integer('seed', -(2 ** 31), 2 ** 32))
+    .option('--rate-limit <req/s>', 'requests per second accepted from all clients together; beyond it, 429 (Retry-After with --retry-after); 0 = none', nonNegative('rate-limit'))
+    .option('--rate-limit-burst <n>', 'requests the rate limit lets through at once after a quiet spell (default: a fifth of a second\'s worth)', nonNegative('rate-limit-burst'))
+    .option('--body-stall-rate <p>', 'probability (0..1) that a media body goes silent part-way, the connection kept open', rate('body-stall-rate'))
+    .option('--body-stall-ms <ms>', 'how long a stalled body stays silent (default 60000)', nonNegative('body-stall-ms'))
+    .option('--body-stall-hang-up', 'reset the connection after the silence instead of sending the rest')
     .addOption(
       new Option('--create-bucket <name>', 'create this bucket folder first (repeatable)')
         .argParser((v: string, prev: string[]) => {
@@ -75,6 +85,11 @@ function knobsFrom(o: CliOptions): Partial<EmulatorKnobs> {
   if (o.shortBodyRate !== undefined) k.shortBodyRate = o.shortBodyRate;
   if (o.pageSize !== undefined) k.pageSize = o.pageSize;
   if (o.seed !== undefined) k.seed = o.seed;
+  if (o.rateLimit !== undefined) k.rateLimit = o.rateLimit;
+  if (o.rateLimitBurst !== undefined) k.rateLimitBurst = o.rateLimitBurst;
+  if (o.bodyStallRate !== undefined) k.bodyStallRate = o.bodyStallRate;
+  if (o.bodyStallMs !== undefined) k.bodyStallMs = o.bodyStallMs;
+  if (o.bodyStallHangUp) k.bodyStallResumes = false;
   return k;
 }
 

@@ -23,9 +23,23 @@ export interface EmulatorKnobs {
   failMedia: { status: number } | null;
   /** Every API request is accepted and never answered (an endpoint that hangs), until the client gives up. */
   stall: boolean;
+  /**
+   * Requests per second the whole emulator accepts, from all clients together (a token bucket, like a
+   * bucket's request-rate limit); beyond it API requests are answered 429 (with Retry-After when
+   * `retryAfterSeconds` is set). 0 = no limit.
+   */
+  rateLimit: number;
+  /** Tokens the rate limit's bucket holds: how many requests may come at once after a quiet spell; 0 = a fifth of a second's worth. */
+  rateLimitBurst: number;
+  /** Probability (0..1) that a media body goes silent part-way: the connection stays open, no bytes flow. */
+  bodyStallRate: number;
+  /** How long a stalled body stays silent, in ms. */
+  bodyStallMs: number;
+  /** After the silence, true: the rest of the body follows; false: the connection is reset. */
+  bodyStallResumes: boolean;
 }
 
-export type InjectedFault = '429' | '503' | 'reset' | 'short' | 'stall';
+export type InjectedFault = '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
 
 export const DEFAULT_KNOBS: EmulatorKnobs = {
   latencyMs: 0,
@@ -39,10 +53,15 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   seed: 1,
   failMedia: null,
   stall: false,
+  rateLimit: 0,
+  rateLimitBurst: 0,
+  bodyStallRate: 0,
+  bodyStallMs: 60_000,
+  bodyStallResumes: true,
 };
 
-const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate'] as const;
-const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec'] as const;
+const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate'] as const;
+const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs'] as const;
 
 /** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
 export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
@@ -84,6 +103,7 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
   }
   // An explicit `undefined` means "not given", not "clear this knob".
   if (src.stall !== undefined && typeof src.stall !== 'boolean') throw new Error('stall must be true or false');
+  if (src.bodyStallResumes !== undefined && typeof src.bodyStallResumes !== 'boolean') throw new Error('bodyStallResumes must be true or false');
   return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
 }
 
@@ -99,9 +119,19 @@ function mulberry32(seed: number): () => number {
   };
 }
 
+/** A body that goes silent after `at` bytes for `ms`, then continues or is reset. */
+export interface BodyStall {
+  at: number;
+  ms: number;
+  resumes: boolean;
+}
+
 export class Faults {
   private current: EmulatorKnobs;
   private rand: () => number;
+  /** The rate limit's token bucket, shared by every client. */
+  private tokens = 0;
+  private refilledAt = performance.now();
 
   constructor(initial: Partial<EmulatorKnobs> = {}) {
     this.current = { ...DEFAULT_KNOBS, ...validateKnobs(initial) };
@@ -116,7 +146,36 @@ export class Faults {
     const valid = validateKnobs(patch);
     this.current = { ...this.current, ...valid };
     if (valid.seed !== undefined) this.rand = mulberry32(valid.seed);
+    if (valid.rateLimit !== undefined || valid.rateLimitBurst !== undefined) {
+      this.tokens = this.burst();
+      this.refilledAt = performance.now();
+    }
     return this.knobs;
+  }
+
+  private burst(): number {
+    const k = this.current;
+    return k.rateLimitBurst > 0 ? k.rateLimitBurst : Math.max(1, k.rateLimit / 5);
+  }
+
+  /** Takes one token of the shared rate limit; false when the bucket is empty (answer 429). */
+  takeRateToken(): boolean {
+    const limit = this.current.rateLimit;
+    if (limit <= 0) return true;
+    const t = performance.now();
+    this.tokens = Math.min(this.burst(), this.tokens + ((t - this.refilledAt) / 1000) * limit);
+    this.refilledAt = t;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+
+  /** Rolls for a silent stretch in a media body of `length` bytes (after any cut fault was rolled). */
+  rollStall(length: number): BodyStall | null {
+    const k = this.current;
+    if (k.bodyStallRate <= 0 || length < 2 || this.rand() >= k.bodyStallRate) return null;
+    // Somewhere in the middle half: the client has headers and some bytes, and waits for the rest.
+    return { at: Math.floor(length * (0.25 + 0.5 * this.rand())), ms: k.bodyStallMs, resumes: k.bodyStallResumes };
   }
 
   /**

@@ -88,11 +88,14 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
     }
     const fault = ctx.shared.faults.rollBody(length);
     if (fault) ctx.entry.injected = fault.fault;
+    const stall = fault ? null : ctx.shared.faults.rollStall(length);
+    if (stall) ctx.entry.injected = 'body-stall';
     const body = fh.createReadStream({ start, end, autoClose: false, highWaterMark: 256 * 1024 });
     try {
       const r = await sendBody(ctx.res, body, {
         bytesPerSec: ctx.knobs.bandwidthBytesPerSec,
         cut: fault ? { at: fault.cutAt, fault: fault.fault } : null,
+        stall,
         onBytes: (n) => (ctx.entry.bytes += n),
         onCut: ctx.finish,
       });

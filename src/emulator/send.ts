@@ -1,5 +1,6 @@
 // Writes response bodies: bandwidth throttling on a timer, backpressure, and deliberate mid-body cuts.
 import type { ServerResponse } from 'node:http';
+import type { BodyStall } from './faults.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface BodyCut {
@@ -13,6 +14,8 @@ export interface SendOptions {
   /** 0 = unlimited. */
   bytesPerSec: number;
   cut: BodyCut | null;
+  /** A silent stretch: after `at` bytes nothing is written for `ms` while the connection stays open. */
+  stall?: BodyStall | null;
   onBytes: (n: number) => void;
   /** Called just before a cut, while the client cannot yet have seen it. */
   onCut?: () => void;
@@ -29,6 +32,8 @@ export async function sendBody(res: ServerResponse, source: Buffer | AsyncIterab
   const limit = opts.cut ? opts.cut.at : Infinity;
   const slice = opts.bytesPerSec > 0 ? Math.max(1024, Math.floor(opts.bytesPerSec / TICKS_PER_SECOND)) : Infinity;
   let sent = 0;
+  const stallAt = opts.stall ? opts.stall.at : Infinity;
+  let stalled = false;
 
   const chunks = Buffer.isBuffer(source) ? [source] : source;
   outer: for await (const chunk of chunks) {
@@ -36,7 +41,18 @@ export async function sendBody(res: ServerResponse, source: Buffer | AsyncIterab
     while (off < chunk.length) {
       if (sent >= limit) break outer;
       if (res.destroyed || !res.writable) return 'closed';
-      const n = Math.min(chunk.length - off, slice, limit - sent);
+      if (!stalled && sent >= stallAt) {
+        stalled = true;
+        // Like a stuck backend: the socket stays open and quiet; the client decides when to give up.
+        await untilClosedOr(res, (done) => setTimeout(done, opts.stall!.ms).unref());
+        if (res.destroyed) return 'closed';
+        if (!opts.stall!.resumes) {
+          opts.onCut?.();
+          res.socket?.resetAndDestroy();
+          return 'cut';
+        }
+      }
+      const n = Math.min(chunk.length - off, slice, limit - sent, stalled ? Infinity : stallAt - sent);
       if (opts.bytesPerSec > 0) {
         // Never let bytes-sent run ahead of bytes-allowed-by-now, so a body of L bytes takes >= L/rate.
         const due = t0 + ((sent + n) / opts.bytesPerSec) * 1000;

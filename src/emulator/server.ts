@@ -99,6 +99,12 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         if (!res.writableEnded) res.destroy();
         return;
       }
+      if (!faults.takeRateToken()) {
+        entry.injected = 'throttle';
+        const retry = ctx.knobs.retryAfterSeconds;
+        await ctx.error(429, 'The rate of requests for this bucket is too high. Please reduce your request rate.', retry === null ? {} : { 'Retry-After': String(retry) });
+        return;
+      }
       if (ctx.knobs.latencyMs > 0) await sleep(ctx.knobs.latencyMs);
       const injected = faults.rollStatus();
       if (injected) {

@@ -6,8 +6,10 @@ import type { AdaptiveConcurrency } from './adaptive-concurrency.js';
 import type { AuthHeaders } from './auth.js';
 import type { Endpoint } from './endpoint.js';
 import { GcsError, codeForStatus } from './errors.js';
-import type { BucketMeta, ListPage, ListRequest, ObjectClient, ObjectMeta } from './object-client.js';
+import type { BucketMeta, ListPage, ListRequest, ObjectClient, ObjectMeta, ReadPriority } from './object-client.js';
+import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
+import type { StallTimeout } from './stall-timeout.js';
 
 export interface HttpClientConfig {
   endpoint: Endpoint;
@@ -20,8 +22,71 @@ export interface HttpClientConfig {
   retry: RetryPolicy;
   /** Shared by every request, shrinking on 429s; each attempt holds a slot, sleeps between them do not. */
   concurrency: AdaptiveConcurrency;
+  /**
+   * Requests per second, shared by every request; each attempt takes a token first. When set, 429s cut
+   * the rate, not the concurrency. Absent: no rate limit (tools and benchmarks).
+   */
+  rate?: RequestRate | null;
+  /** Cuts an attempt whose headers or body stay silent longer than this (gcsfuse's read-stall retry). */
+  stall?: StallTimeout | null;
+  /** The longest one read or lookup keeps retrying before it fails (gcsfuse's --max-retry-duration); 0 = no bound. */
+  maxRetryDurationMs?: number;
   log: Logger;
   metrics: Metrics;
+}
+
+const URGENT: ReadPriority = { priority: 'urgent' };
+
+/** An attempt cut because GCS sent nothing for longer than the stall timeout: resumed at once, no backoff. */
+class StalledError extends GcsError {
+  constructor(what: string, silentMs: number) {
+    super('TRANSIENT', `${what}: no bytes for ${Math.round(silentMs)} ms (stalled)`);
+  }
+}
+
+/** An attempt cut because its read or lookup reached --max-retry-duration. */
+class DeadlineError extends GcsError {
+  constructor(what: string) {
+    super('TRANSIENT', `${what}: --max-retry-duration reached during the attempt`);
+  }
+}
+
+/** What one attempt may use up: silence (the stall timeout) and time (the retry deadline). */
+interface AttemptLimits {
+  stallMs: number;
+  deadlineAt: number;
+}
+
+/**
+ * Calls `cut` once the request has been silent for `limits.stallMs` since the last `progress()`, or the
+ * deadline has come, whichever is first. One timer per attempt, re-armed only when it fires.
+ */
+function watchSilence(limits: AttemptLimits, what: string, cut: (err: GcsError, silentMs: number) => void): { progress(): void; stop(): void } {
+  let last = performance.now();
+  let timer: NodeJS.Timeout | null = null;
+  const arm = (): void => {
+    const t = performance.now();
+    const at = Math.min(last + limits.stallMs, limits.deadlineAt);
+    if (!Number.isFinite(at)) return;
+    timer = setTimeout(check, Math.max(1, at - t));
+  };
+  const check = (): void => {
+    timer = null;
+    const t = performance.now();
+    if (t >= limits.deadlineAt) cut(new DeadlineError(what), t - last);
+    else if (t - last >= limits.stallMs) cut(new StalledError(what, t - last), t - last);
+    else arm();
+  };
+  arm();
+  return {
+    progress: () => {
+      last = performance.now();
+    },
+    stop: () => {
+      if (timer) clearTimeout(timer);
+      timer = null;
+    },
+  };
 }
 
 type RequestKind = 'bucket' | 'list' | 'metadata' | 'media';
@@ -139,18 +204,30 @@ export class HttpObjectClient implements ObjectClient {
     return { objects: (raw.items ?? []).map(toMeta), prefixes: raw.prefixes ?? [], nextPageToken: raw.nextPageToken ?? null };
   }
 
-  async readRange(name: string, generation: string, start: number, end: number, into?: Buffer): Promise<Buffer> {
+  async readRange(name: string, generation: string, start: number, end: number, into?: Buffer, priority: ReadPriority = URGENT): Promise<Buffer> {
     const length = end - start;
     if (length <= 0) return Buffer.alloc(0);
     if (into && into.length < length) throw new RangeError(`readRange: ${into.length}-byte buffer for ${length} bytes`);
     const what = `read ${name}#${generation} [${start}, ${end})`;
     const path = `${this.objectPath(name)}?alt=media&generation=${generation}`;
-    const out = into ?? Buffer.allocUnsafe(length);
-    return this.withRetry('media', what, async (headers) => {
-      const filled = await this.receiveRange(path, { ...headers, range: `bytes=${start}-${end - 1}` }, start, out.subarray(0, length), what);
-      this.cfg.metrics.inc('gcs_media_bytes', filled);
-      if (filled !== length) throw new GcsError('TRANSIENT', `${what}: body ended after ${filled} of ${length} bytes`);
-      return out.subarray(0, length);
+    const out = (into ?? Buffer.allocUnsafe(length)).subarray(0, length);
+    // Bytes already in `out`: a cut attempt (stall, reset, short body) is resumed from the next byte, by
+    // Range, on the same generation, so what arrived is never fetched twice.
+    let done = 0;
+    return this.withRetry('media', what, priority, async (headers, limits) => {
+      if (done > 0) {
+        this.cfg.metrics.inc('gcs_resumed_reads');
+        this.cfg.log.info({ what, from: start + done }, 'GCS read resumed from the last byte received');
+      }
+      const got = { bytes: 0 };
+      try {
+        await this.receiveRange(path, { ...headers, range: `bytes=${start + done}-${end - 1}` }, start + done, out.subarray(done), what, limits, got);
+      } finally {
+        done += got.bytes;
+        this.cfg.metrics.inc('gcs_media_bytes', got.bytes);
+      }
+      if (done !== length) throw new GcsError('TRANSIENT', `${what}: body ended after ${done} of ${length} bytes`);
+      return out;
     });
   }
 
@@ -159,7 +236,8 @@ export class HttpObjectClient implements ObjectClient {
    * undici's dispatch API rather than `request()`: a readable stream and its events per 64 KiB chunk were
    * a measured share of the CPU that a cold sequential read costs.
    */
-  private receiveRange(path: string, headers: Record<string, string>, start: number, out: Buffer, what: string): Promise<number> {
+  private receiveRange(path: string, headers: Record<string, string>, start: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
+    const stall = this.cfg.stall;
     return new Promise((resolve, reject) => {
       let status = 0;
       let retryAfter: string | string[] | undefined;
@@ -167,21 +245,49 @@ export class HttpObjectClient implements ObjectClient {
       // A 200 means the server ignored the range and sends the whole object: skip to our window.
       let skip = 0;
       let seen = 0;
-      let got = 0;
       let settled = false;
       let wrongRange: string | null = null;
+      let controller: Dispatcher.DispatchController | null = null;
+      let cutBy: Error | null = null;
+      // The longest silence of this response, headers included: one observation for the stall timeout.
+      const sentAt = performance.now();
+      let lastAt = sentAt;
+      let longest = 0;
       const ranged = () => status === 200 || status === 206;
+      const silence = watchSilence(limits, what, (err, silentMs) => {
+        cutBy = err;
+        if (err instanceof StalledError) {
+          stall?.observe(silentMs);
+          this.cfg.metrics.inc('gcs_stalls');
+          this.cfg.log.warn({ what, silentMs: Math.round(silentMs), received: got.bytes, status }, 'GCS response stalled: cutting it and resuming by Range');
+        }
+        controller?.abort(err);
+        settle(err);
+      });
+      const progressed = (): void => {
+        const t = performance.now();
+        if (t - lastAt > longest) longest = t - lastAt;
+        lastAt = t;
+        silence.progress();
+      };
       const settle = (err: Error | null): void => {
         if (settled) return;
         settled = true;
+        silence.stop();
+        if (!err && !cutBy) stall?.observe(longest);
         if (err) reject(err);
-        else resolve(got);
+        else resolve();
       };
       this.pool.dispatch(
         { method: 'GET', path, headers },
         {
-          onRequestStart: () => undefined,
+          onRequestStart: (c) => {
+            controller = c;
+            // Cut before undici even started it (it waited for a connection).
+            if (cutBy) c.abort(cutBy);
+          },
           onResponseStart: (_controller, statusCode, resHeaders) => {
+            progressed();
             status = statusCode;
             retryAfter = resHeaders['retry-after'];
             skip = statusCode === 200 ? start : 0;
@@ -193,19 +299,20 @@ export class HttpObjectClient implements ObjectClient {
             }
           },
           onResponseData: (controller, chunk) => {
+            progressed();
             if (wrongRange !== null) return;
             if (!ranged()) {
               if (errorText.length < ERROR_BODY_LIMIT) errorText += chunk.toString('utf8');
               return;
             }
             const from = Math.max(0, skip - seen);
-            const take = Math.min(chunk.length - from, out.length - got);
+            const take = Math.min(chunk.length - from, out.length - got.bytes);
             if (take > 0) {
-              chunk.copy(out, got, from, from + take);
-              got += take;
+              chunk.copy(out, got.bytes, from, from + take);
+              got.bytes += take;
             }
             seen += chunk.length;
-            if (got === out.length && status === 200) {
+            if (got.bytes === out.length && status === 200) {
               settle(null);
               controller.abort(new Error('rest of an unranged response not needed'));
             }
@@ -215,7 +322,7 @@ export class HttpObjectClient implements ObjectClient {
             else settle(ranged() ? null : errorFromStatus(status, retryAfter, errorText, what));
           },
           // A connection that breaks after the last byte has still delivered the range.
-          onResponseError: (_controller, err) => settle(ranged() && wrongRange === null && got === out.length ? null : err),
+          onResponseError: (_controller, err) => settle(ranged() && wrongRange === null && got.bytes === out.length ? null : err),
         },
       );
     });
@@ -226,28 +333,86 @@ export class HttpObjectClient implements ObjectClient {
   }
 
   private async json<T>(kind: RequestKind, path: string, what: string): Promise<T> {
-    return this.withRetry(kind, what, async (headers) => {
-      const res = await this.pool.request({ method: 'GET', path, headers });
-      if (res.statusCode !== 200) throw await errorFromResponse(res, what);
-      return (await res.body.json()) as T;
+    return this.withRetry(kind, what, URGENT, async (headers, limits) => {
+      // A JSON answer is small: the stall timeout bounds the whole of it, headers and body.
+      const abort = new AbortController();
+      let cutBy: GcsError | null = null;
+      const sentAt = performance.now();
+      const silence = watchSilence(limits, what, (err, silentMs) => {
+        cutBy = err;
+        if (err instanceof StalledError) {
+          this.cfg.stall?.observe(silentMs);
+          this.cfg.metrics.inc('gcs_stalls');
+          this.cfg.log.warn({ what, silentMs: Math.round(silentMs) }, 'GCS request stalled: cutting it and retrying');
+        }
+        abort.abort(err);
+      });
+      try {
+        const res = await this.pool.request({ method: 'GET', path, headers, signal: abort.signal });
+        this.cfg.stall?.observe(performance.now() - sentAt);
+        if (res.statusCode !== 200) throw await errorFromResponse(res, what);
+        return (await res.body.json()) as T;
+      } catch (err) {
+        throw cutBy ?? err;
+      } finally {
+        silence.stop();
+      }
     });
   }
 
-  private async withRetry<T>(kind: RequestKind, what: string, attemptOnce: (headers: Record<string, string>) => Promise<T>): Promise<T> {
-    const { metrics, log, retry, concurrency } = this.cfg;
+  private async withRetry<T>(
+    kind: RequestKind,
+    what: string,
+    priority: ReadPriority,
+    attemptOnce: (headers: Record<string, string>, limits: AttemptLimits) => Promise<T>,
+  ): Promise<T> {
+    const { metrics, log, retry, concurrency, rate } = this.cfg;
+    const bound = this.cfg.maxRetryDurationMs ?? 0;
+    let deadlineAt = Number.POSITIVE_INFINITY;
+    let lastStatus: number | null = null;
     for (let attempt = 1; ; attempt++) {
+      const grant: RateGrant | null = rate ? await rate.acquire(priority) : null;
+      if (grant && grant.waitedMs > 0) {
+        metrics.inc('gcs_rate_waits');
+        metrics.inc('gcs_rate_wait_ms', Math.round(grant.waitedMs));
+      }
+      // The bound starts with the first attempt: waiting for the first token is queueing, not retrying.
+      if (attempt === 1 && bound > 0) deadlineAt = performance.now() + bound;
       await concurrency.acquire();
       metrics.inc(KIND_COUNTER[kind]);
       try {
         const headers = this.cfg.auth ? await this.cfg.auth() : {};
-        const result = await attemptOnce(headers);
+        const stallMs = this.cfg.stall ? this.cfg.stall.currentMs : Number.POSITIVE_INFINITY;
+        const result = await attemptOnce(headers, { stallMs, deadlineAt });
         concurrency.release('ok');
+        if (grant) rate!.succeeded(grant);
         return result;
       } catch (raw) {
         const err = transportError(raw, what);
-        concurrency.release(err.status === 429 ? 'throttled' : 'failed');
-        if (err.status === 429) metrics.inc('gcs_throttled');
-        const delay = retryDelay(retry, attempt, err);
+        if (err.status !== null) lastStatus = err.status;
+        const throttled = err.status === 429;
+        // With a rate limiter, a 429 cuts the rate; the concurrency limit is only a cap then.
+        concurrency.release(throttled && !rate ? 'throttled' : 'failed');
+        if (grant) {
+          if (throttled && rate!.throttled(grant, err.retryAfterSeconds)) {
+            metrics.inc('gcs_rate_cuts');
+            log.info({ what, rate: Math.round(rate!.rate * 10) / 10, retryAfterSeconds: err.retryAfterSeconds }, 'GCS answered 429: request rate cut');
+          }
+          else if (err.status !== null && err.status < 500) rate!.succeeded(grant);
+        }
+        if (throttled) metrics.inc('gcs_throttled');
+        const policy = retryDelay(retry, attempt, err);
+        // A stalled response is cut to be resumed now: the server is not overloaded, one connection is stuck.
+        const delay = policy !== 'give-up' && err instanceof StalledError ? 0 : policy;
+        if (delay !== 'give-up' && performance.now() + delay >= deadlineAt) {
+          metrics.inc('gcs_errors');
+          metrics.inc('gcs_retry_deadline_exceeded');
+          log.error(
+            { kind, what, attempts: attempt, lastStatus, maxRetryDurationMs: bound, error: err.message },
+            `GCS request gave up after --max-retry-duration (${bound} ms), last status ${lastStatus ?? 'none (no answer)'}`,
+          );
+          throw new GcsError(err.code, `${what}: gave up after --max-retry-duration ${bound} ms (${attempt} attempts, last status ${lastStatus ?? 'none'}): ${err.message}`, err.status, err.retryAfterSeconds);
+        }
         if (delay === 'give-up') {
           // A 404 on a stat is an answer, not a failure: the caller decides.
           if (err.code !== 'NOT_FOUND') {

@@ -27,6 +27,11 @@ export interface ListPage {
   nextPageToken: string | null;
 }
 
+/** How soon a read is wanted; may be raised while the read waits (a reader starts waiting on a readahead). */
+export interface ReadPriority {
+  priority: 'urgent' | 'background';
+}
+
 export interface BucketMeta {
   name: string;
 }
@@ -41,6 +46,7 @@ export interface ObjectClient {
    * Bytes [start, end) of one generation of an object. Resolves with exactly end - start bytes or
    * rejects; a short body is an error, never a short result. With `into` (at least end - start bytes),
    * the bytes land there and the result is a view of it; a failed attempt may leave partial bytes in it.
+   * `priority` (default urgent) orders the read among requests waiting for the rate limit.
    */
-  readRange(name: string, generation: string, start: number, end: number, into?: Buffer): Promise<Buffer>;
+  readRange(name: string, generation: string, start: number, end: number, into?: Buffer, priority?: ReadPriority): Promise<Buffer>;
 }

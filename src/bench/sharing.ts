@@ -1,0 +1,218 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { EmulatorKnobs, EmulatorStats, RequestLogEntry } from '../emulator/server.js';
+import { GCSMOUNT, sh, timed } from './harness.js';
+
+const MIB = 1024 * 1024;
+const DAEMONS = 3;
+const READERS = 8;
+const FILES = 900;
+const LIMIT = 60;
+const LATENCY_MS = 30;
+const BUCKET = 'sharing-bench';
+
+/** The emulator in a process of its own, as GCS is: the daemons' load must not slow its event loop. */
+interface ExternalEmulator {
+  url: string;
+  proc: ChildProcess;
+  knobs(k: Partial<EmulatorKnobs>): Promise<void>;
+  stats(): Promise<EmulatorStats>;
+  log(): Promise<RequestLogEntry[]>;
+  reset(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function startExternalEmulator(root: string, args: string[]): Promise<ExternalEmulator> {
+  const proc = spawn(GCSMOUNT, ['emulator', '--root', root, '--port', '0', '--quiet', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    proc.once('exit', (code) => reject(new Error(`emulator exited ${code}`)));
+  });
+  const call = async <T>(path: string, init?: RequestInit): Promise<T> => (await (await fetch(`${url}${path}`, init)).json()) as T;
+  return {
+    url,
+    proc,
+    knobs: async (k) => void (await call('/_knobs', { method: 'POST', body: JSON.stringify(k) })),
+    stats: () => call<EmulatorStats>('/_stats'),
+    log: () => call<RequestLogEntry[]>('/_log'),
+    reset: async () => void (await call('/_reset', { method: 'POST' })),
+    stop: async () => {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.once('exit', r));
+    },
+  };
+}
+
+async function mountExternal(emu: ExternalEmulator, dir: string, name: string, args: string[]): Promise<{ path: string; logFile: string; unmount(): Promise<void> }> {
+  const path = join(dir, `mnt-${name}`);
+  await fsp.mkdir(path, { recursive: true });
+  const logFile = join(dir, `${name}.log`);
+  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
+  delete env.STORAGE_EMULATOR_HOST;
+  const r = await new Promise<{ code: number; stderr: string }>((done) => {
+    const p = spawn(GCSMOUNT, [BUCKET, path, '--custom-endpoint', emu.url, '--log-file', logFile, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    p.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.once('exit', (code) => done({ code: code ?? 1, stderr }));
+  });
+  if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
+  return { path, logFile, unmount: async () => void (await sh('fusermount', ['-u', '-z', path])) };
+}
+
+interface DaemonStats {
+  counters: Record<string, number>;
+  gauges: Record<string, number>;
+}
+
+async function daemonStats(mountPoint: string): Promise<DaemonStats> {
+  const r = await sh(GCSMOUNT, ['stats', mountPoint, '--json']);
+  return JSON.parse(r.stdout) as DaemonStats;
+}
+
+interface SharingRun {
+  label: string;
+  seconds: number;
+  readErrors: number;
+  wrongBytes: number;
+  okRequests: number;
+  throttled: number;
+  total: number;
+  /** Per daemon: successful media requests, finishing time, and its own request/429 counts. */
+  daemons: { media: number; shareWhileAll: number; finishedS: number; requests: number; throttled: number; rate: number | null; waits: number }[];
+}
+
+/** Three daemons, eight readers each, reading their own 300 files of 1 MiB through one 60/s bucket. */
+async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<string, string>, slug: string, label: string, args: string[]): Promise<SharingRun> {
+  const mounts: Awaited<ReturnType<typeof mountExternal>>[] = [];
+  for (let d = 0; d < DAEMONS; d++) mounts.push(await mountExternal(emu, dir, `${slug}-${d}`, ['--only-dir', `d${d}`, ...args]));
+  // Let the bucket's token bucket refill after the mounts' own requests.
+  await new Promise((r) => setTimeout(r, 1000));
+  await emu.reset();
+  let readErrors = 0;
+  let wrongBytes = 0;
+  const finished: number[] = [];
+  const t = await timed(() =>
+    Promise.all(
+      mounts.map(async (m, d) => {
+        const t0 = performance.now();
+        await Promise.all(
+          Array.from({ length: READERS }, async (_, r) => {
+            const names = Array.from({ length: FILES / DAEMONS }, (_, i) => i).filter((i) => i % READERS === r);
+            const res = await sh('sha256sum', names.map((i) => join(m.path, `c${i}`)));
+            if (res.code !== 0) readErrors += (res.stderr.match(/\n/g) ?? []).length || 1;
+            for (const line of res.stdout.trim().split('\n')) {
+              const [sum, path] = line.split('  ');
+              const name = `d${d}/${path!.slice(m.path.length + 1)}`;
+              if (digests.get(name) !== sum) wrongBytes++;
+            }
+          }),
+        );
+        finished[d] = (performance.now() - t0) / 1000;
+      }),
+    ),
+  );
+  const log = await emu.log();
+  const per = await Promise.all(mounts.map((m) => daemonStats(m.path)));
+  for (const m of mounts) await m.unmount();
+  const api = log.filter((e) => e.kind !== 'other');
+  const throttled = api.filter((e) => e.status === 429).length;
+  // Shares while all three were reading: media answered to each before the first daemon's last one.
+  const mediaOk = log.filter((e) => e.kind === 'media' && e.status !== 429 && e.status !== 0);
+  const lastOf = (d: number) => Math.max(...mediaOk.filter((e) => e.object?.startsWith(`d${d}/`)).map((e) => e.endMs));
+  const firstDone = Math.min(...Array.from({ length: DAEMONS }, (_, d) => lastOf(d)));
+  const early = mediaOk.filter((e) => e.endMs <= firstDone);
+  return {
+    label,
+    seconds: t.seconds,
+    readErrors,
+    wrongBytes,
+    okRequests: api.filter((e) => e.status !== 429 && e.status !== 0).length,
+    throttled,
+    total: api.length,
+    daemons: per.map((s, d) => ({
+      media: mediaOk.filter((e) => e.object?.startsWith(`d${d}/`)).length,
+      shareWhileAll: early.filter((e) => e.object?.startsWith(`d${d}/`)).length / early.length,
+      finishedS: finished[d]!,
+      requests: ['bucket', 'list', 'metadata', 'media'].reduce((a, k) => a + (s.counters[`gcs_requests_${k}`] ?? 0), 0),
+      throttled: s.counters.gcs_throttled ?? 0,
+      rate: s.gauges.gcs_rate_limit ?? null,
+      waits: s.counters.gcs_rate_waits ?? 0,
+    })),
+  };
+}
+
+/** 100 MiB read once with 10% of bodies going silent for 60 s, against the same read without stalls. */
+async function stallRun(emu: ExternalEmulator, dir: string, digest: string, label: string, stallRate: number): Promise<string> {
+  await emu.knobs({ rateLimit: 0, bodyStallRate: stallRate, bodyStallMs: 60_000, bodyStallResumes: true, seed: 15 });
+  const m = await mountExternal(emu, dir, `stall-${stallRate}`, []);
+  await emu.reset();
+  const t = await timed(() => sh('sha256sum', [join(m.path, 'big.bin')]));
+  if (t.result.code !== 0) throw new Error(`stall run: ${t.result.stderr}`);
+  const stats = await emu.stats();
+  const s = await daemonStats(m.path);
+  await m.unmount();
+  const right = t.result.stdout.split(' ')[0] === digest;
+  return `| ${label} | ${(stallRate * 100).toFixed(0)}% | ${t.seconds.toFixed(1)} s | ${stats.injected['body-stall']} | ${s.counters.gcs_stalls ?? 0} | ${s.counters.gcs_resumed_reads ?? 0} | ${stats.requests.media} | ${right ? 'yes' : '**NO**'} |`;
+}
+
+export async function sharingScenario(): Promise<string> {
+  const dir = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-bench-sharing-'));
+  const root = join(dir, 'root');
+  const digests = new Map<string, string>();
+  for (let d = 0; d < DAEMONS; d++) {
+    await fsp.mkdir(join(root, BUCKET, `d${d}`), { recursive: true });
+    for (let i = 0; i < FILES / DAEMONS; i++) {
+      const data = randomBytes(MIB);
+      digests.set(`d${d}/c${i}`, createHash('sha256').update(data).digest('hex'));
+      await fsp.writeFile(join(root, BUCKET, `d${d}`, `c${i}`), data);
+    }
+  }
+  const big = randomBytes(100 * MIB);
+  await fsp.writeFile(join(root, BUCKET, 'big.bin'), big);
+  const bigDigest = createHash('sha256').update(big).digest('hex');
+  const emu = await startExternalEmulator(root, ['--latency-ms', String(LATENCY_MS)]);
+  const runs: SharingRun[] = [];
+  const stalls: string[] = [];
+  try {
+    // What this machine can do at all: the same reads with no limit in the emulator (goodput over 60/s
+    // above 1 means the limit binds; below 1, the machine does).
+    runs.push(await sharingRun(emu, dir, digests, 'unlimited', 'capacity: no limit in the emulator', []));
+    await emu.knobs({ rateLimit: LIMIT });
+    runs.push(await sharingRun(emu, dir, digests, 'aimd', 'gcsmount (request-rate AIMD)', []));
+    await emu.knobs({ rateLimit: 0 });
+    await emu.knobs({ rateLimit: LIMIT });
+    runs.push(await sharingRun(emu, dir, digests, 'baseline', 'baseline: no rate limiter (--initial-ops-per-sec 0, concurrency AIMD only)', ['--initial-ops-per-sec', '0']));
+    stalls.push(await stallRun(emu, dir, bigDigest, 'no stalls (baseline)', 0));
+    stalls.push(await stallRun(emu, dir, bigDigest, 'stalling bodies', 0.1));
+  } finally {
+    await emu.stop();
+    await fsp.rm(dir, { recursive: true, force: true });
+  }
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  return [
+    `Emulator in its own process, ${LATENCY_MS} ms to first byte, a shared limit of ${LIMIT} requests/s (token bucket, a fifth of a second of burst) answering 429 beyond it. ${DAEMONS} daemons (\`--only-dir dK\`, defaults otherwise), ${READERS} reader processes each (\`sha256sum\` of its files), ${FILES} files of 1 MiB (${FILES / DAEMONS} per daemon). Goodput: API requests answered other than 429 per second, over the limit.`,
+    '',
+    '| run | wall time | goodput / limit | requests answered 429 | read errors | wrong bytes | per daemon: share while all three read, finished at, requests, 429s, rate at end |',
+    '|---|---|---|---|---|---|---|',
+    ...runs.map((r) => {
+      const per = r.daemons
+        .map((d, i) => `d${i}: ${pct(d.shareWhileAll)}, ${d.finishedS.toFixed(1)} s, ${d.requests}, ${d.throttled}, ${d.rate === null ? '-' : `${d.rate}/s`}`)
+        .join('; ');
+      return `| ${r.label} | ${r.seconds.toFixed(1)} s | **${(r.okRequests / r.seconds / LIMIT).toFixed(2)}** | **${pct(r.throttled / r.total)}** (${r.throttled} of ${r.total}) | ${r.readErrors} | ${r.wrongBytes} | ${per} |`;
+    }),
+    '',
+    'Stalls: `sha256sum` of one 100 MiB object through a fresh mount (4 MiB range GETs, readahead), no rate limit, bodies going silent for 60 s part-way (the connection kept open) with the given probability; defaults (stall timeout: the p99 of recent silences within 1.5 s..20 min, 5 s until five have been timed).',
+    '',
+    '| run | bodies stalling | wall time | stalled bodies | cut by gcsmount | resumed by Range | media requests | bytes right |',
+    '|---|---|---|---|---|---|---|---|',
+    ...stalls,
+  ].join('\n');
+}

@@ -1,0 +1,61 @@
+/**
+ * How long a GCS response may stay silent (no headers yet, or no body bytes) before the attempt is cut
+ * and resumed: the target percentile of the silences seen recently, within a floor and a cap.
+ *
+ * gcsfuse (through Go's storage client) estimates the percentile with a step estimator that starts at
+ * 20 s and, at its defaults, needs thousands of requests to come down to its 1.5 s floor; a window of
+ * the last observations gives the percentile itself after a handful, so a stall early in a job is cut as
+ * quickly as a late one. A silence that was cut is recorded as the timeout it reached, so a run of
+ * stalls raises the timeout instead of cutting healthy slow responses forever.
+ */
+export interface StallTimeoutConfig {
+  /** Used until `minSamples` silences have been seen (gcsfuse's --read-stall-initial-req-timeout). */
+  initialMs: number;
+  /** Floor (--read-stall-min-req-timeout). */
+  minMs: number;
+  /** Cap (--read-stall-max-req-timeout). */
+  maxMs: number;
+  /** 0..1, e.g. 0.99 (--read-stall-req-target-percentile). */
+  percentile: number;
+}
+
+/** Observations kept: enough for a p99 to mean something, few enough to follow a change in minutes. */
+const WINDOW = 1000;
+/** Below this many observations the window says little; the initial timeout applies. */
+const MIN_SAMPLES = 5;
+const RESORT_EVERY = 20;
+
+export class StallTimeout {
+  private readonly samples: number[] = [];
+  private next = 0;
+  private cached: number | null = null;
+  private sinceSorted = 0;
+
+  constructor(private readonly cfg: StallTimeoutConfig) {}
+
+  /** One silence, in ms: the wait for headers, or the longest gap between body bytes of one response. */
+  observe(ms: number): void {
+    if (this.samples.length < WINDOW) this.samples.push(ms);
+    else {
+      this.samples[this.next] = ms;
+      this.next = (this.next + 1) % WINDOW;
+    }
+    // Sorting the window costs tens of microseconds: redo it every few observations, not per request.
+    if (++this.sinceSorted >= RESORT_EVERY || this.samples.length < 2 * MIN_SAMPLES) {
+      this.cached = null;
+      this.sinceSorted = 0;
+    }
+  }
+
+  /** The current timeout in ms. */
+  get currentMs(): number {
+    if (this.cached !== null) return this.cached;
+    let value = this.cfg.initialMs;
+    if (this.samples.length >= MIN_SAMPLES) {
+      const sorted = [...this.samples].sort((a, b) => a - b);
+      value = sorted[Math.min(sorted.length - 1, Math.ceil(this.cfg.percentile * sorted.length) - 1)]!;
+    }
+    this.cached = Math.min(this.cfg.maxMs, Math.max(this.cfg.minMs, value));
+    return this.cached;
+  }
+}

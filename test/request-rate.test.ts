@@ -1,0 +1,225 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_REQUEST_RATE, RequestRate, type RateGrant, type RequestRateConfig } from '../src/gcs/request-rate.js';
+import { StallTimeout } from '../src/gcs/stall-timeout.js';
+
+/** A clock and timer queue the test moves by hand. */
+class FakeClock {
+  t = 0;
+  private timers: { at: number; fn: () => void; live: boolean }[] = [];
+  now = (): number => this.t;
+  schedule = (fn: () => void, ms: number): (() => void) => {
+    const timer = { at: this.t + ms, fn, live: true };
+    this.timers.push(timer);
+    return () => (timer.live = false);
+  };
+  /** Moves time forward, running each timer at its time. */
+  async advance(ms: number): Promise<void> {
+    const end = this.t + ms;
+    for (;;) {
+      const due = this.timers.filter((x) => x.live && x.at <= end).sort((a, b) => a.at - b.at)[0];
+      if (!due) break;
+      this.t = Math.max(this.t, due.at);
+      due.live = false;
+      due.fn();
+      await Promise.resolve();
+      await Promise.resolve();
+    }
+    this.t = end;
+    this.timers = this.timers.filter((x) => x.live);
+  }
+}
+
+function limiter(clock: FakeClock, over: Partial<RequestRateConfig> = {}): RequestRate {
+  return new RequestRate({ ...DEFAULT_REQUEST_RATE, initial: 100, max: Number.POSITIVE_INFINITY, now: clock.now, schedule: clock.schedule, ...over });
+}
+
+describe('request rate: token bucket', () => {
+  it('grants at the rate, not faster, once the burst is spent', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 10, burstSeconds: 0.1 });
+    let granted = 0;
+    for (let i = 0; i < 30; i++) void r.acquire().then(() => granted++);
+    await Promise.resolve();
+    expect(granted).toBe(1); // the burst: max(1, 10 x 0.1)
+    await clock.advance(1000);
+    expect(granted).toBe(11);
+    await clock.advance(1000);
+    expect(granted).toBe(21);
+    expect(r.waits).toBe(20);
+    expect(r.waitedMs).toBeGreaterThan(0);
+  });
+
+  it('grants urgent waiters before background ones, and a raised priority counts', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1, burstSeconds: 1 });
+    await r.acquire(); // spends the one token
+    const order: string[] = [];
+    const promoted = { priority: 'background' as const } as { priority: 'urgent' | 'background' };
+    void r.acquire({ priority: 'background' }).then(() => order.push('readahead-1'));
+    void r.acquire(promoted).then(() => order.push('promoted'));
+    void r.acquire({ priority: 'urgent' }).then(() => order.push('lookup'));
+    promoted.priority = 'urgent';
+    await clock.advance(3000);
+    // Urgent ones first in arrival order (the promoted one came first), then the readahead.
+    expect(order).toEqual(['promoted', 'lookup', 'readahead-1']);
+  });
+
+  it('stops granting for a Retry-After', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 100, burstSeconds: 1, min: 50 });
+    const g = await r.acquire();
+    r.throttled(g, 2);
+    let granted = false;
+    void r.acquire().then(() => (granted = true));
+    await clock.advance(1900);
+    expect(granted).toBe(false);
+    await clock.advance(200);
+    expect(granted).toBe(true);
+  });
+});
+
+describe('request rate: AIMD', () => {
+  it('cuts once per overload, to a fraction of what was accepted, and grows back while saturated', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    // One second at 50 accepted requests/s, far below the nominal 1000.
+    const grants: RateGrant[] = [];
+    for (let i = 0; i < 50; i++) {
+      const g = await r.acquire();
+      r.succeeded(g);
+      grants.push(g);
+      await clock.advance(20);
+    }
+    const late = await r.acquire();
+    expect(r.throttled(grants[49]!, null)).toBe(true);
+    expect(r.rate).toBeCloseTo(DEFAULT_REQUEST_RATE.decreaseFactor * 50, 0);
+    // The same overload answering late does not cut again.
+    expect(r.throttled(late, null)).toBe(false);
+    expect(r.cuts).toBe(1);
+    const cut = r.rate;
+    // Saturated (always someone waiting) and never throttled: one step per second, then doubling steps.
+    let stop = false;
+    const pump = async () => {
+      while (!stop) r.succeeded(await r.acquire());
+    };
+    void pump();
+    void pump();
+    const step = DEFAULT_REQUEST_RATE.increasePerSecond;
+    await clock.advance(5_000);
+    expect(r.rate).toBeGreaterThanOrEqual(cut + 4 * step);
+    expect(r.rate).toBeLessThanOrEqual(cut + 5 * step);
+    const additive = r.rate;
+    await clock.advance(4_000);
+    // Four more calm seconds: the steps double up to 4 (the capacity has freed up; find it faster).
+    expect(r.rate).toBeGreaterThanOrEqual(additive + 8 * step);
+    expect(r.rate).toBeLessThanOrEqual(additive + 16 * step);
+    stop = true;
+    await clock.advance(1_000);
+  });
+
+  it('measures the accepted rate from when requests started, after a quiet spell', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    await clock.advance(5000); // mounted, idle
+    let g!: RateGrant;
+    // 40 requests in 200 ms (200/s), then a 429.
+    for (let i = 0; i < 40; i++) {
+      g = await r.acquire();
+      r.succeeded(g);
+      await clock.advance(5);
+    }
+    r.throttled(g, null);
+    expect(r.rate).toBeGreaterThan(DEFAULT_REQUEST_RATE.decreaseFactor * 180);
+    expect(r.rate).toBeLessThan(DEFAULT_REQUEST_RATE.decreaseFactor * 220);
+  });
+
+  it('does not grow while nobody waits for tokens', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    const g = await r.acquire();
+    r.succeeded(g);
+    r.throttled(g, null);
+    const cut = r.rate;
+    for (let i = 0; i < 20; i++) {
+      await clock.advance(1000);
+      r.succeeded(await r.acquire());
+    }
+    expect(r.rate).toBe(cut);
+  });
+
+  it('ramps the ceiling by doubling every period, within the hard max', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 5000, rampDoublingMs: 20 * 60_000, max: 15_000 });
+    expect(r.ceiling()).toBe(5000);
+    await clock.advance(20 * 60_000);
+    expect(r.ceiling()).toBeCloseTo(10_000, 0);
+    await clock.advance(40 * 60_000);
+    expect(r.ceiling()).toBe(15_000);
+  });
+
+  it('three daemons sharing a 60/s bucket converge to about a third each, near the limit, with few 429s', async () => {
+    const clock = new FakeClock();
+    const LIMIT = 60;
+    const daemons = [0, 1, 2].map(() => limiter(clock, { initial: 5000 }));
+    // The bucket: a token bucket of 60/s with a fifth of a second of burst, shared by all three.
+    let tokens = 12;
+    let last = 0;
+    const take = () => {
+      tokens = Math.min(12, tokens + ((clock.t - last) / 1000) * LIMIT);
+      last = clock.t;
+      if (tokens < 1) return false;
+      tokens -= 1;
+      return true;
+    };
+    const accepted = [0, 0, 0];
+    let throttled = 0;
+    let total = 0;
+    let stop = false;
+    const sleep = (ms: number) => new Promise<void>((r) => clock.schedule(r, ms));
+    // 8 readers per daemon, 30 ms per request; the third daemon starts 20 s late.
+    const reader = async (d: number) => {
+      if (d === 2) await sleep(20_000);
+      while (!stop) {
+        const g = await daemons[d]!.acquire();
+        total++;
+        const ok = take();
+        await sleep(30);
+        if (ok) {
+          if (clock.t > 60_000) accepted[d]!++;
+          daemons[d]!.succeeded(g);
+        } else {
+          throttled++;
+          daemons[d]!.throttled(g, null);
+        }
+      }
+    };
+    for (let d = 0; d < 3; d++) for (let w = 0; w < 8; w++) void reader(d);
+    for (let t = 0; t < 120_000; t += 5) {
+      await clock.advance(5);
+      await new Promise((r) => setImmediate(r));
+    }
+    stop = true;
+    const sum = accepted.reduce((a, b) => a + b, 0);
+    // Over the second minute: near the limit, near equal shares, few 429s over the whole run.
+    expect(sum / 60 / LIMIT).toBeGreaterThan(0.88);
+    for (const a of accepted) expect(a / sum).toBeGreaterThan(0.25);
+    expect(throttled / total).toBeLessThan(0.05);
+  }, 60_000);
+});
+
+describe('stall timeout', () => {
+  const cfg = { initialMs: 5000, minMs: 1500, maxMs: 60_000, percentile: 0.99 };
+
+  it('is the initial timeout until a few silences were seen, then their percentile within floor and cap', () => {
+    const s = new StallTimeout(cfg);
+    expect(s.currentMs).toBe(5000);
+    for (let i = 0; i < 4; i++) s.observe(20);
+    expect(s.currentMs).toBe(5000);
+    s.observe(20);
+    expect(s.currentMs).toBe(1500); // the floor
+    for (let i = 0; i < 200; i++) s.observe(i < 190 ? 50 : 3000);
+    expect(s.currentMs).toBe(3000);
+    for (let i = 0; i < 1000; i++) s.observe(10 * 60_000);
+    expect(s.currentMs).toBe(60_000); // the cap
+  });
+});
