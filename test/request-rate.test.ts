@@ -222,4 +222,12 @@ describe('stall timeout', () => {
     for (let i = 0; i < 1000; i++) s.observe(10 * 60_000);
     expect(s.currentMs).toBe(60_000); // the cap
   });
+
+  it('doubles for each cut of the same request, within the cap, so a server slow for everyone is waited for', () => {
+    const s = new StallTimeout(cfg);
+    expect(s.forRetry(0)).toBe(5000);
+    expect(s.forRetry(1)).toBe(10_000);
+    expect(s.forRetry(2)).toBe(20_000);
+    expect(s.forRetry(10)).toBe(60_000);
+  });
 });

@@ -370,6 +370,7 @@ export class HttpObjectClient implements ObjectClient {
     const bound = this.cfg.maxRetryDurationMs ?? 0;
     let deadlineAt = Number.POSITIVE_INFINITY;
     let lastStatus: number | null = null;
+    let stalls = 0;
     for (let attempt = 1; ; attempt++) {
       const grant: RateGrant | null = rate ? await rate.acquire(priority) : null;
       if (grant && grant.waitedMs > 0) {
@@ -382,7 +383,7 @@ export class HttpObjectClient implements ObjectClient {
       metrics.inc(KIND_COUNTER[kind]);
       try {
         const headers = this.cfg.auth ? await this.cfg.auth() : {};
-        const stallMs = this.cfg.stall ? this.cfg.stall.currentMs : Number.POSITIVE_INFINITY;
+        const stallMs = this.cfg.stall ? this.cfg.stall.forRetry(stalls) : Number.POSITIVE_INFINITY;
         const result = await attemptOnce(headers, { stallMs, deadlineAt });
         concurrency.release('ok');
         if (grant) rate!.succeeded(grant);
@@ -403,6 +404,7 @@ export class HttpObjectClient implements ObjectClient {
         if (throttled) metrics.inc('gcs_throttled');
         const policy = retryDelay(retry, attempt, err);
         // A stalled response is cut to be resumed now: the server is not overloaded, one connection is stuck.
+        if (err instanceof StalledError) stalls++;
         const delay = policy !== 'give-up' && err instanceof StalledError ? 0 : policy;
         if (delay !== 'give-up' && performance.now() + delay >= deadlineAt) {
           metrics.inc('gcs_errors');

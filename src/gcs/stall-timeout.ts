@@ -47,6 +47,15 @@ export class StallTimeout {
     }
   }
 
+  /**
+   * The timeout for a request already cut `stalls` times: doubled each time, within the cap. A server
+   * that is slow for everyone (a 16 s first byte) is then waited for after a few cuts, instead of being
+   * cut at the same point forever while the window fills.
+   */
+  forRetry(stalls: number): number {
+    return Math.min(this.cfg.maxMs, this.currentMs * 2 ** stalls);
+  }
+
   /** The current timeout in ms. */
   get currentMs(): number {
     if (this.cached !== null) return this.cached;
