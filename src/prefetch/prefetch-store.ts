@@ -9,6 +9,10 @@ const TRACKED_FILES = 100_000;
 interface Tracked {
   bytes: number;
   blocks: Set<string>;
+  /** Opened since: not to be fetched again (a slower prefetch round may still name it). */
+  opened: boolean;
+  /** Fetched by the prefetcher (not only opened). */
+  prefetched: boolean;
 }
 
 /**
@@ -33,6 +37,7 @@ export class PrefetchStore implements PrefetchedBlocks {
     return this.memoryBudget > 0;
   }
 
+  /** Prefetched already, or opened: either way not worth fetching ahead again. */
   has(meta: ObjectMeta): boolean {
     return this.files.has(fileId(meta));
   }
@@ -46,8 +51,12 @@ export class PrefetchStore implements PrefetchedBlocks {
   started(meta: ObjectMeta): void {
     const id = fileId(meta);
     if (this.files.has(id)) return;
-    this.files.set(id, { bytes: 0, blocks: new Set() });
+    this.track(id, { bytes: 0, blocks: new Set(), opened: false, prefetched: true });
     this.metrics.inc('prefetch_files');
+  }
+
+  private track(id: string, t: Tracked): void {
+    this.files.set(id, t);
     if (this.files.size > TRACKED_FILES) this.forget(this.files.keys().next().value!);
   }
 
@@ -80,8 +89,9 @@ export class PrefetchStore implements PrefetchedBlocks {
   opened(meta: ObjectMeta): void {
     const id = fileId(meta);
     const t = this.files.get(id);
-    if (!t) return;
-    this.files.delete(id);
+    if (!t) return this.track(id, { bytes: 0, blocks: new Set(), opened: true, prefetched: false });
+    if (t.opened) return;
+    t.opened = true;
     this.metrics.inc('prefetch_used_files');
     this.metrics.inc('prefetch_used_bytes', t.bytes);
     // Blocks still held stay until read (take) or pushed out; they no longer count as waste.
@@ -95,7 +105,7 @@ export class PrefetchStore implements PrefetchedBlocks {
     const t = this.files.get(id);
     if (!t) return;
     this.files.delete(id);
-    this.metrics.inc('prefetch_wasted_bytes', t.bytes);
+    if (t.prefetched && !t.opened) this.metrics.inc('prefetch_wasted_bytes', t.bytes);
     for (const b of t.blocks) {
       const h = this.held.get(b);
       if (!h) continue;

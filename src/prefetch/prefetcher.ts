@@ -53,6 +53,8 @@ export class Prefetcher {
   private readonly arrays = new Map<string, Promise<ZarrArray | null>>();
   private readonly folders = new Map<string, { last: string; stream: ReadStream | null }>();
   private inFlight = 0;
+  /** Rounds waiting for one of the --prefetch-max-parallel-downloads slots. */
+  private readonly slotWaiters: (() => void)[] = [];
 
   constructor(private readonly deps: PrefetcherDeps) {
     deps.metrics.setGauge('prefetch_in_flight', () => this.inFlight);
@@ -86,7 +88,8 @@ export class Prefetcher {
     for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < total; i++, p += advice.direction) {
       paths.push(join(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
     }
-    await this.fetchAll(paths);
+    const epoch = array.stream.epoch;
+    await this.fetchAll(paths, () => array.stream.epoch === epoch);
   }
 
   private async followFolder(dir: string, base: string): Promise<void> {
@@ -116,12 +119,19 @@ export class Prefetcher {
     for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < files.length; i++, p += advice.direction) {
       paths.push(join(dir, files[p]!));
     }
-    await this.fetchAll(paths);
+    const stream = state.stream;
+    const epoch = stream.epoch;
+    await this.fetchAll(paths, () => stream.epoch === epoch);
   }
 
-  /** Fetches each path the listing of its folder has, in order, until a budget says stop. */
-  private async fetchAll(paths: string[]): Promise<void> {
+  /**
+   * Fetches each path the listing of its folder has, in order, until a budget says stop or the reader
+   * jumps elsewhere (`wanted` turns false) while this round waits for a download slot.
+   */
+  private async fetchAll(paths: string[], wanted: () => boolean): Promise<void> {
     for (const path of paths) {
+      while (this.inFlight >= this.deps.config.maxParallel) await new Promise<void>((r) => this.slotWaiters.push(r));
+      if (!wanted()) return;
       const meta = await this.listed(path);
       if (!meta) {
         this.deps.metrics.inc('prefetch_fill_skipped');
@@ -151,7 +161,6 @@ export class Prefetcher {
     const { blocks, disk, store, config, metrics } = this.deps;
     const blockCount = Math.min(config.maxBlocksPerFile, Math.ceil(meta.size / blocks.blockSize));
     const bytes = Math.min(meta.size, blockCount * blocks.blockSize);
-    if (this.inFlight >= config.maxParallel) return false;
     if (!store.fits(bytes)) {
       metrics.inc('prefetch_budget_stops');
       return false;
@@ -170,6 +179,7 @@ export class Prefetcher {
     }
     void Promise.allSettled(loads).then(() => {
       this.inFlight--;
+      this.slotWaiters.shift()?.();
     });
     return true;
   }

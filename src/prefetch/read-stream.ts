@@ -22,6 +22,8 @@ export class ReadStream {
   private last: number | null = null;
   private direction: 1 | -1 | 0 = 0;
   private distance = 0;
+  /** Bumped on every jump: a round of fetches planned before it is no longer wanted. */
+  epoch = 0;
 
   constructor(private readonly maxDistance: number) {}
 
@@ -53,6 +55,7 @@ export class ReadStream {
       return null;
     }
     // A jump: the reader is not walking this way (or started over elsewhere).
+    this.epoch++;
     this.direction = 0;
     this.distance = 0;
     this.last = position;
