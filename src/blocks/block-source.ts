@@ -66,6 +66,11 @@ export class BlockSource {
     return this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, pending)).then((b) => b.retain());
   }
 
+  /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
+  cached(meta: ObjectMeta, index: number): boolean {
+    return this.writing.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
+  }
+
   private shared(map: Map<string, Pending>, key: string, priority: Priority, work: (p: Pending) => Promise<BlockData>): Promise<BlockData> {
     const existing = map.get(key);
     if (existing) {

@@ -211,6 +211,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     mount,
     metrics,
     async stop() {
+      prefetcher?.close();
       await mount.unmount();
       await control.close();
       await prometheus?.close();

@@ -115,7 +115,8 @@ export class PrefetchStore implements PrefetchedBlocks {
   }
 
   private drop(id: string, evicted: boolean): void {
-    const h = this.held.get(id)!;
+    const h = this.held.get(id);
+    if (!h) return; // dropped already, with the rest of its file
     this.held.delete(id);
     this.heldBytes -= h.data.bytes.length;
     if (evicted) {

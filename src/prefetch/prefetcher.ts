@@ -53,6 +53,7 @@ export class Prefetcher {
   private readonly arrays = new Map<string, Promise<ZarrArray | null>>();
   private readonly folders = new Map<string, { last: string; stream: ReadStream | null }>();
   private inFlight = 0;
+  private closed = false;
   /** Rounds waiting for one of the --prefetch-max-parallel-downloads slots. */
   private readonly slotWaiters: (() => void)[] = [];
 
@@ -60,9 +61,16 @@ export class Prefetcher {
     deps.metrics.setGauge('prefetch_in_flight', () => this.inFlight);
   }
 
+  /** Stops starting downloads (the mount is going away); those in flight finish. */
+  close(): void {
+    this.closed = true;
+    for (const wake of this.slotWaiters.splice(0)) wake();
+  }
+
   /** An open of `path`, pinned to `meta`: counts a prefetch used, and maybe fetches what comes next. */
   opened(path: string, meta: ObjectMeta): void {
     this.deps.store.opened(meta);
+    if (this.closed) return;
     this.follow(path).catch((err: unknown) => this.deps.log.debug({ path, err: String(err) }, 'prefetch failed'));
   }
 
@@ -130,8 +138,8 @@ export class Prefetcher {
    */
   private async fetchAll(paths: string[], wanted: () => boolean): Promise<void> {
     for (const path of paths) {
-      while (this.inFlight >= this.deps.config.maxParallel) await new Promise<void>((r) => this.slotWaiters.push(r));
-      if (!wanted()) return;
+      while (this.inFlight >= this.deps.config.maxParallel && !this.closed) await new Promise<void>((r) => this.slotWaiters.push(r));
+      if (!wanted() || this.closed) return;
       const meta = await this.listed(path);
       if (!meta) {
         this.deps.metrics.inc('prefetch_fill_skipped');
@@ -161,6 +169,10 @@ export class Prefetcher {
     const { blocks, disk, store, config, metrics } = this.deps;
     const blockCount = Math.min(config.maxBlocksPerFile, Math.ceil(meta.size / blocks.blockSize));
     const bytes = Math.min(meta.size, blockCount * blocks.blockSize);
+    const missing: number[] = [];
+    for (let i = 0; i < blockCount; i++) if (!blocks.cached(meta, i)) missing.push(i);
+    // Already in the disk cache: the open will find it there.
+    if (missing.length === 0) return true;
     if (!store.fits(bytes)) {
       metrics.inc('prefetch_budget_stops');
       return false;
@@ -174,7 +186,7 @@ export class Prefetcher {
     store.started(meta);
     this.inFlight++;
     const loads: Promise<void>[] = [];
-    for (let i = 0; i < blockCount; i++) {
+    for (const i of missing) {
       loads.push(blocks.get(meta, i, 'prefetch').then((data) => store.arrived(meta, i, data)));
     }
     void Promise.allSettled(loads).then(() => {
