@@ -25,6 +25,14 @@ export interface BlockSourceDeps {
   wholeObjectThreshold: number;
   log: Logger;
   metrics: Metrics;
+  /** Blocks fetched ahead of any open (src/prefetch) and held in memory when there is no disk cache. */
+  prefetched?: PrefetchedBlocks;
+}
+
+/** Where load() looks before the disk cache: a block of exactly this generation, or null. */
+export interface PrefetchedBlocks {
+  /** The caller's own reference to the block, which the store no longer holds. */
+  take(meta: ObjectMeta, index: number): BlockData | null;
 }
 
 interface Pending {
@@ -60,6 +68,11 @@ export class BlockSource {
     return this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, pending)).then((b) => b.retain());
   }
 
+  /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
+  cached(meta: ObjectMeta, index: number): boolean {
+    return this.writing.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
+  }
+
   private shared(map: Map<string, Pending>, key: string, priority: Priority, work: (p: Pending) => Promise<BlockData>): Promise<BlockData> {
     const existing = map.get(key);
     if (existing) {
@@ -92,6 +105,8 @@ export class BlockSource {
       metrics.inc('block_cache_hit_bytes', beingWritten.bytes.length);
       return beingWritten.retain();
     }
+    const kept = this.deps.prefetched?.take(meta, index);
+    if (kept) return kept;
     const start = index * this.blockSize;
     const end = Math.min(meta.size, start + this.blockSize);
     if (disk) {
@@ -180,10 +195,10 @@ export class BlockSource {
   }
 }
 
-function fileId(meta: ObjectMeta): string {
+export function fileId(meta: ObjectMeta): string {
   return `${meta.name}\0${meta.generation}`;
 }
 
-function blockId(meta: ObjectMeta, index: number): string {
+export function blockId(meta: ObjectMeta, index: number): string {
   return `${meta.name}\0${meta.generation}\0${index}`;
 }

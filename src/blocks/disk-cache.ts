@@ -509,6 +509,11 @@ export class DiskCache {
     return { droppedRows, deletedFiles };
   }
 
+  /** Bytes that can still be written before eviction starts (Infinity without a limit). */
+  get spareBytes(): number {
+    return this.limitBytes - this.bytes;
+  }
+
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
     const t = this.index.totals();
     return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health };

@@ -1,5 +1,11 @@
-/** A reader waiting on this block now, or a guess about what it will want next. */
-export type Priority = 'demand' | 'readahead';
+/**
+ * A reader waiting on this block now, a guess about what an open file will want next, or a guess about
+ * files not yet opened (src/prefetch), which only ever takes a slot nobody else wants.
+ */
+export type Priority = 'demand' | 'readahead' | 'prefetch';
+
+/** Slots a prefetch leaves free, so a demand read arriving meanwhile never waits for one to end. */
+const PREFETCH_SPARE_SLOTS = 2;
 
 export interface SchedulerLimits {
   /** Range GETs in flight across all objects (gcsfuse's --file-cache-max-parallel-downloads). */
@@ -20,11 +26,11 @@ export interface Ticket {
 }
 
 /**
- * Decides when each range GET may start: within a global and a per-file limit, demand before readahead,
- * first come first served within a priority. A readahead that a reader starts waiting on is promoted.
+ * Decides when each range GET may start: within a global and a per-file limit, demand before readahead
+ * before prefetch, first come first served within a priority. A readahead that a reader starts waiting on is promoted.
  */
 export class DownloadScheduler {
-  private readonly queues: Record<Priority, Task[]> = { demand: [], readahead: [] };
+  private readonly queues: Record<Priority, Task[]> = { demand: [], readahead: [], prefetch: [] };
   private running = 0;
   private readonly perFile = new Map<string, number>();
 
@@ -40,7 +46,7 @@ export class DownloadScheduler {
   }
 
   get queued(): number {
-    return this.queues.demand.length + this.queues.readahead.length;
+    return this.queues.demand.length + this.queues.readahead.length + this.queues.prefetch.length;
   }
 
   run<T>(file: string, priority: Priority, work: () => Promise<T>): { result: Promise<T>; ticket: Ticket } {
@@ -70,9 +76,11 @@ export class DownloadScheduler {
       result,
       ticket: {
         promote: () => {
-          const i = this.queues.readahead.indexOf(task);
+          if (task.priority === 'demand') return;
+          const queue = this.queues[task.priority];
+          const i = queue.indexOf(task);
           if (i < 0) return;
-          this.queues.readahead.splice(i, 1);
+          queue.splice(i, 1);
           task.priority = 'demand';
           this.queues.demand.push(task);
           this.pump();
@@ -82,9 +90,11 @@ export class DownloadScheduler {
   }
 
   private pump(): void {
-    for (const priority of ['demand', 'readahead'] as const) {
+    for (const priority of ['demand', 'readahead', 'prefetch'] as const) {
       const queue = this.queues[priority];
-      for (let i = 0; i < queue.length && this.running < this.limits.global; ) {
+      if (priority === 'prefetch' && this.queues.demand.length + this.queues.readahead.length > 0) return;
+      const limit = priority === 'prefetch' ? Math.max(1, this.limits.global - PREFETCH_SPARE_SLOTS) : this.limits.global;
+      for (let i = 0; i < queue.length && this.running < limit; ) {
         const task = queue[i]!;
         if ((this.perFile.get(task.file) ?? 0) >= this.limits.perFile) {
           i++;

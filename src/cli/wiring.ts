@@ -7,6 +7,8 @@ import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
 import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
+import { Prefetcher } from '../prefetch/prefetcher.js';
+import { PrefetchStore } from '../prefetch/prefetch-store.js';
 import { warm } from '../fs/warmer.js';
 import { startControlServer, type MountInfo } from '../observe/control-server.js';
 import { startPrometheus } from '../observe/prometheus.js';
@@ -144,7 +146,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     idleTrimMs: 30_000,
   });
-  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics });
+  // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
+  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics);
+  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
@@ -156,7 +160,26 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
   const names = new NameMapper(v['only-dir'] || null);
   const namespace = new Namespace({ client, names, cache, listTtlMs, once, metrics });
+  const prefetchOn = (v['prefetch-zarr'] || v['prefetch-siblings']) && v['prefetch-max-files-ahead'] > 0;
+  const prefetcher = prefetchOn
+    ? new Prefetcher({
+        namespace,
+        blocks,
+        disk,
+        store: prefetchStore,
+        config: {
+          zarr: v['prefetch-zarr'],
+          siblings: v['prefetch-siblings'],
+          maxFilesAhead: v['prefetch-max-files-ahead'],
+          maxParallel: v['prefetch-max-parallel-downloads'],
+          maxBlocksPerFile: v['prefetch-max-blocks-per-file'],
+        },
+        log,
+        metrics,
+      })
+    : null;
   const { ops } = createOperations({
+    prefetcher,
     namespace,
     blocks,
     attributes: {
@@ -217,11 +240,13 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     mount,
     metrics,
     async stop() {
+      prefetcher?.close();
       await mount.unmount();
       await control.close();
       await prometheus?.close();
       await disk?.drain();
       disk?.close();
+      prefetchStore.close();
       buffers.close();
       await client.close();
       rate?.close();
@@ -243,6 +268,11 @@ function statsReport(info: MountInfo, metrics: Metrics) {
       bytesFromCache: c.block_cache_hit_bytes,
       bytesFetched: c.block_fetch_bytes,
       gcsRequests: c.gcs_requests_bucket + c.gcs_requests_list + c.gcs_requests_metadata + c.gcs_requests_media,
+      prefetchedFiles: c.prefetch_files,
+      prefetchedBytes: c.prefetch_bytes,
+      prefetchUsedFiles: c.prefetch_used_files,
+      prefetchHitRatio: c.prefetch_files ? c.prefetch_used_files / c.prefetch_files : null,
+      prefetchWastedBytes: c.prefetch_wasted_bytes,
     },
     counters: c,
     gauges: snap.gauges,

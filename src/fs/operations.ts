@@ -7,6 +7,7 @@ import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Namespace } from '../namespace/namespace.js';
+import type { Prefetcher } from '../prefetch/prefetcher.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
@@ -20,6 +21,8 @@ export interface OperationDeps {
   reportedSizes: ReportedSizesConfig;
   log: Logger;
   metrics: Metrics;
+  /** Told of every open, to fetch what the reader will open next; null when prefetch is off. */
+  prefetcher?: Prefetcher | null;
 }
 
 /** A bucket has no meaningful capacity; report a large, constant one so `df` and tools that check space are happy. */
@@ -98,7 +101,9 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
         (entry) => {
           if (!entry) return cb(Errno.ENOENT);
           if (entry.kind === 'dir') return cb(Errno.EISDIR);
-          cb(0, handles.add(path, new HandleReader(deps.blocks, handles.generationFor(path, entry.meta), deps.reader)));
+          const meta = handles.generationFor(path, entry.meta);
+          cb(0, handles.add(path, new HandleReader(deps.blocks, meta, deps.reader)));
+          deps.prefetcher?.opened(path, meta);
         },
         (err) => cb(fail('open', path, err, errnoFor(err))),
       );

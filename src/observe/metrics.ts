@@ -39,6 +39,14 @@ export const COUNTERS = {
   block_cache_missing: 'cached blocks dropped because their file was gone',
   block_cache_write_errors: 'blocks that could not be written to the disk cache',
   object_crc_mismatches: 'whole-object downloads that failed the object CRC32C',
+  prefetch_files: 'files fetched ahead of any open (Zarr chunks, next files of a folder)',
+  prefetch_bytes: 'bytes fetched ahead of any open',
+  prefetch_used_files: 'prefetched files opened afterwards (same generation)',
+  prefetch_used_bytes: 'bytes of prefetched files opened afterwards',
+  prefetch_wasted_bytes: 'bytes of prefetched files dropped before anyone opened them',
+  prefetch_evicted_bytes: 'prefetched bytes pushed out of the in-memory prefetch budget',
+  prefetch_fill_skipped: 'predicted files the listing does not have (Zarr fill-value chunks): never requested',
+  prefetch_budget_stops: 'prefetch rounds stopped by the memory budget or to spare the disk cache an eviction',
 } as const;
 
 /** Values read when a snapshot is taken, not counted. */
@@ -56,6 +64,8 @@ export const GAUGES = {
   readahead_blocks: 'blocks held in memory ahead of sequential readers',
   block_buffers_in_use: 'block-sized buffers lent out to downloads, readers and disk writes (memory in use for block data)',
   open_files: 'files open through the mount',
+  prefetch_held_bytes: 'prefetched bytes held in memory (no --cache-dir)',
+  prefetch_in_flight: 'prefetched files downloading',
 } as const;
 
 export type CounterName = keyof typeof COUNTERS;

@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { unpooled } from '../src/blocks/block-buffers.js';
+import type { ObjectMeta } from '../src/gcs/object-client.js';
+import { Metrics } from '../src/observe/metrics.js';
+import { PrefetchStore } from '../src/prefetch/prefetch-store.js';
+
+const meta = (name: string, generation: string, size = 8): ObjectMeta => ({ name, size, generation, metageneration: '1', updatedMs: 0, crc32c: null });
+const block = (n: number) => unpooled(Buffer.alloc(n, 7));
+
+describe('PrefetchStore', () => {
+  it('serves a held block only to the generation that was prefetched', () => {
+    const metrics = new Metrics();
+    const store = new PrefetchStore(1024, metrics);
+    const old = meta('a/0.0', '100');
+    store.started(old);
+    store.arrived(old, 0, block(8));
+    expect(store.take(meta('a/0.0', '200'), 0)).toBeNull();
+    store.opened(meta('a/0.0', '200'));
+    expect(metrics.snapshot().counters.prefetch_used_files).toBe(0);
+    const got = store.take(old, 0);
+    expect(got?.bytes.length).toBe(8);
+    expect(store.take(old, 0)).toBeNull(); // handed over once
+  });
+
+  it('counts used files, and wasted bytes for files pushed out unopened', () => {
+    const metrics = new Metrics();
+    const store = new PrefetchStore(16, metrics);
+    const [a, b, c] = [meta('x/a', '1'), meta('x/b', '1'), meta('x/c', '1')];
+    for (const m of [a, b, c]) store.started(m);
+    store.arrived(a, 0, block(8));
+    store.arrived(b, 0, block(8));
+    store.opened(b);
+    store.arrived(c, 0, block(8)); // over 16 bytes: a (never opened) goes
+    const c2 = metrics.snapshot().counters;
+    expect(c2.prefetch_files).toBe(3);
+    expect(c2.prefetch_used_files).toBe(1);
+    expect(c2.prefetch_wasted_bytes).toBe(8);
+    expect(store.take(a, 0)).toBeNull();
+    expect(store.has(a)).toBe(false);
+    expect(store.has(b)).toBe(true); // opened: never fetched again
+  });
+
+  it('closes with files of several blocks held', () => {
+    const store = new PrefetchStore(1 << 20, new Metrics());
+    const big = meta('s/shard-1.tar', '1', 24);
+    store.started(big);
+    for (let i = 0; i < 3; i++) store.arrived(big, i, block(8));
+    expect(() => store.close()).not.toThrow();
+    expect(store.take(big, 1)).toBeNull();
+  });
+});
