@@ -512,6 +512,18 @@ describe('cli', () => {
     }
   });
 
+  it('runs as `node dist/cli/main.js emulator`, not only through bin/gcsmount', async () => {
+    const { spawn } = await import('node:child_process');
+    const child = spawn(process.execPath, [path.join(__dirname, '..', 'dist', 'cli', 'main.js'), 'emulator', '--root', root, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    try {
+      await vi.waitFor(() => expect(out).toMatch(/listening on http:\/\/127\.0\.0\.1:\d+/), { timeout: 15_000, interval: 100 });
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
   it('starts, creates buckets, serves, and stops on SIGTERM with exit code 0', async () => {
     let out = '';
     const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {

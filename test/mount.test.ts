@@ -173,6 +173,17 @@ describe('mount lifecycle and bad input', () => {
     await unmount(m.path);
   });
 
+  it('mounts with a read-only key that may not GET the bucket resource (objectViewer)', async () => {
+    tb.emulator.setKnobs({ denyBucketGet: true });
+    try {
+      const m = await mount({ tb, args: ['--only-dir', 'sub'] });
+      expect((await run('cat', [join(m.path, 'dir/file.txt')])).stdout).toBe('inside only-dir');
+      await unmount(m.path);
+    } finally {
+      tb.emulator.setKnobs({ denyBucketGet: false });
+    }
+  });
+
   it('mounts only a folder with --only-dir', async () => {
     const m = await mount({ tb, args: ['--only-dir', 'sub'] });
     expect((await run('ls', [m.path])).stdout.trim()).toBe('dir');

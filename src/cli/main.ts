@@ -1,3 +1,5 @@
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { EXIT, UserError } from './exit.js';
 import { runCache } from './cache-command.js';
 import { runMount } from './mount-command.js';
@@ -50,3 +52,16 @@ export async function main(argv: string[]): Promise<void> {
   process.exitCode = code;
   setTimeout(() => process.exit(code), 50).unref();
 }
+
+// `node dist/cli/main.js ...` runs the CLI too, not only bin/gcsmount (which imports this module and calls
+// main itself): run main only when this file is the process's entry script (realpath: npm links are symlinks).
+function isEntryScript(): boolean {
+  const entry = process.argv[1];
+  if (!entry) return false;
+  try {
+    return realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+if (isEntryScript()) void main(process.argv.slice(2));

@@ -124,7 +124,8 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     rate: null,
   });
   try {
-    await probe.getBucket();
+    // objects.list, not a bucket GET: a read-only key (objectViewer) lacks storage.buckets.get (gcsfuse #982).
+    await probe.probeBucket();
   } finally {
     await probe.close();
   }

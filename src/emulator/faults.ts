@@ -37,6 +37,8 @@ export interface EmulatorKnobs {
   bodyStallMs: number;
   /** After the silence, true: the rest of the body follows; false: the connection is reset. */
   bodyStallResumes: boolean;
+  /** Bucket-resource GETs answer 403, as for a key holding only roles/storage.objectViewer (no storage.buckets.get). */
+  denyBucketGet: boolean;
 }
 
 export type InjectedFault = '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
@@ -58,6 +60,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   bodyStallRate: 0,
   bodyStallMs: 60_000,
   bodyStallResumes: true,
+  denyBucketGet: false,
 };
 
 const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate'] as const;
@@ -103,6 +106,7 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
   }
   // An explicit `undefined` means "not given", not "clear this knob".
   if (src.stall !== undefined && typeof src.stall !== 'boolean') throw new Error('stall must be true or false');
+  if (src.denyBucketGet !== undefined && typeof src.denyBucketGet !== 'boolean') throw new Error('denyBucketGet must be true or false');
   if (src.bodyStallResumes !== undefined && typeof src.bodyStallResumes !== 'boolean') throw new Error('bodyStallResumes must be true or false');
   return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
 }

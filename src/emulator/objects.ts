@@ -9,6 +9,7 @@ import type { OpenedObject, StoredObject } from './store.js';
 
 export async function getBucket(ctx: RequestContext, bucket: string): Promise<void> {
   const fields = ctx.fields();
+  if (ctx.knobs.denyBucketGet) throw new HttpError(403, 'caller does not have storage.buckets.get access to the Google Cloud Storage bucket.');
   const st = await ctx.shared.store.bucketStat(bucket);
   if (!st) throw noSuchBucket();
   await ctx.projected(bucketResource(ctx.shared.baseUrl, bucket, st), fields);

@@ -185,6 +185,14 @@ export class HttpObjectClient implements ObjectClient {
     return this.json<BucketMeta>('bucket', `${this.bucketPath}?fields=name`, `bucket ${this.bucket}`);
   }
 
+  /**
+   * Proves the bucket exists and the credentials may read it, with the permission a read-only mount
+   * needs anyway (storage.objects.list): 404 = no such bucket, 401/403 = credentials.
+   */
+  async probeBucket(): Promise<void> {
+    await this.json<unknown>('list', `${this.bucketPath}/o?maxResults=1&fields=nextPageToken`, `bucket ${this.bucket}`);
+  }
+
   async statObject(name: string): Promise<ObjectMeta | null> {
     try {
       const raw = await this.json<RawObject>('metadata', `${this.objectPath(name)}?fields=${OBJECT_FIELDS}`, `stat ${name}`);
