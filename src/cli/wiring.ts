@@ -10,7 +10,7 @@ import { createOperations } from '../fs/operations.js';
 import { warm } from '../fs/warmer.js';
 import { startControlServer, type MountInfo } from '../observe/control-server.js';
 import { startPrometheus } from '../observe/prometheus.js';
-import { socketPathFor } from '../observe/runtime-dir.js';
+import { controlSocketFor } from '../observe/runtime-dir.js';
 import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
@@ -56,8 +56,41 @@ export interface RunningDaemon {
   stop(): Promise<void>;
 }
 
-/** Builds the whole stack from options, checks the bucket, and mounts. Components never see argv. */
+/**
+ * Builds the whole stack from options, checks the bucket, and mounts. Components never see argv.
+ * Whatever fails, before or after the kernel mount, everything opened so far is closed again in reverse
+ * order (the mount unmounted, listeners closed, the index closed): a failed start never leaves a dead
+ * mount ("Transport endpoint is not connected") for systemd's Restart= to trip over.
+ */
 export async function startDaemon(opts: MountOptions, log: Logger): Promise<RunningDaemon> {
+  const undo: (() => unknown)[] = [];
+  try {
+    return await assembleDaemon(opts, log, undo);
+  } catch (err) {
+    for (const close of undo.reverse()) {
+      try {
+        await close();
+      } catch (e) {
+        log.warn({ err: (e as Error).message }, 'clean-up after a failed start-up failed');
+      }
+    }
+    throw err;
+  }
+}
+
+/** A --prometheus-port another process holds is the user's to fix: exit 2 with one line, like a bad flag. */
+async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited<ReturnType<typeof startPrometheus>>> {
+  try {
+    return await startPrometheus(metrics, port);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') throw new UserError(`--prometheus-port ${port} is already in use by another process`, EXIT.usage);
+    throw new UserError(`--prometheus-port ${port} cannot be used: ${code ?? (err as Error).message}`, EXIT.usage);
+  }
+}
+
+/** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
+async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unknown)[]): Promise<RunningDaemon> {
   const v = opts.values;
   const mountPoint = await prepareMountPoint(opts.mountPoint);
   let endpoint;
@@ -68,6 +101,12 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   }
   const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
   const metrics = new Metrics();
+  // Listeners first: a port or socket that cannot be had fails the start before anything is mounted.
+  const prometheus = v['prometheus-port'] > 0 ? await listenPrometheus(metrics, v['prometheus-port']) : null;
+  if (prometheus) {
+    undo.push(() => prometheus.close());
+    log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
+  }
   const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
   const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
   metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
@@ -101,7 +140,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   }
 
   const disk = openDiskCache(opts, log, metrics);
+  if (disk) undo.push(() => disk.close());
   const client = new HttpObjectClient(clientConfig);
+  undo.push(() => client.close());
   const blockSize = v['block-size-mb'] * MIB;
   const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);
   const scheduler = new DownloadScheduler({
@@ -117,6 +158,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     idleTrimMs: 30_000,
   });
+  undo.push(() => buffers.close());
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   const once = new OnceLog(log);
@@ -151,26 +193,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
     else if (o !== 'ro') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
   }
-  let mount: FuseMount;
-  try {
-    mount = await FuseMount.mount(mountPoint, ops, {
-      fsName: opts.bucket,
-      attrTimeoutSec: kernelSecs(ttl),
-      entryTimeoutSec: kernelSecs(ttl),
-      negativeTimeoutSec: kernelSecs(negativeTtl),
-      allowOther,
-      extra,
-    });
-  } catch (err) {
-    disk?.close();
-    buffers.close();
-    await client.close();
-    throw err;
-  }
-
   const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? v['cache-dir'] : null };
   const control = await startControlServer(
-    socketPathFor(mountPoint),
+    await controlSocketFor(mountPoint),
     {
       info: () => info,
       stats: () => statsReport(info, metrics),
@@ -181,8 +206,19 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     },
     log,
   );
-  const prometheus = v['prometheus-port'] > 0 ? await startPrometheus(metrics, v['prometheus-port']) : null;
-  if (prometheus) log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
+  undo.push(() => control.close());
+
+  const mount = await FuseMount.mount(mountPoint, ops, {
+    fsName: opts.bucket,
+    attrTimeoutSec: kernelSecs(ttl),
+    entryTimeoutSec: kernelSecs(ttl),
+    negativeTimeoutSec: kernelSecs(negativeTtl),
+    allowOther,
+    extra,
+  });
+  undo.push(() => mount.unmount());
+  // Only now does `gcsmount wait` get its answer.
+  control.open();
 
   return {
     mount,
