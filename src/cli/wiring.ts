@@ -34,8 +34,12 @@ const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
-/** -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. */
-const PASSED_MOUNT_OPTIONS = new Set(['allow_root', 'default_permissions']);
+/**
+ * -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. The restricting
+ * kernel flags an fstab line may carry (noexec, nosuid, nodev, noatime) are honoured; the loosening
+ * ones (suid, dev) are not.
+ */
+const PASSED_MOUNT_OPTIONS = new Set(['allow_root', 'default_permissions', 'noexec', 'nosuid', 'nodev', 'noatime']);
 
 /** Kernel attribute and entry timeouts, in seconds, following a metadata TTL. */
 function kernelSecs(ttl: Ttl): number {
