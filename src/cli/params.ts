@@ -126,7 +126,7 @@ export const PARAMS = [
     configKey: 'file-system.fuse-options',
     type: 'string-list',
     default: [],
-    help: 'FUSE mount options, comma-separated and repeatable, e.g. -o allow_other -o ro',
+    help: 'FUSE mount options, comma-separated and repeatable: allow_other, allow_root, default_permissions, noexec, nosuid, nodev, noatime (ro is always on; any other is logged as ignored)',
     group: 'Mounting',
     effect: 'effective',
   },

@@ -1,6 +1,6 @@
 import { controlRequest } from '../observe/control-server.js';
 import type { OpSummary } from '../observe/metrics.js';
-import { allSockets, socketPathFor } from '../observe/runtime-dir.js';
+import { allSockets, controlSocketFor } from '../observe/runtime-dir.js';
 import { cacheInfo } from './cache-command.js';
 import { EXIT, UserError } from './exit.js';
 import { formatBytes, formatCount, formatDuration } from './format.js';
@@ -68,7 +68,7 @@ function table(r: StatsReport): string {
 
 async function collect(a: StatsArgs): Promise<StatsReport[]> {
   if (a.mountPoint) {
-    const r = await controlRequest<StatsReport>(socketPathFor(a.mountPoint), '/stats');
+    const r = await controlRequest<StatsReport>(await controlSocketFor(a.mountPoint), '/stats');
     if (!r) throw new UserError(`no gcsmount daemon answers for ${a.mountPoint}`, EXIT.mountPoint);
     return [r];
   }

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { resolve } from 'node:path';
 import { mountedPaths } from '../fs/mount.js';
+import { canonicalMountPoint } from '../observe/runtime-dir.js';
 import { EXIT, UserError } from './exit.js';
 
 const run = promisify(execFile);
@@ -9,7 +9,8 @@ const run = promisify(execFile);
 /** `gcsmount unmount MOUNTPOINT`: the daemon sees its mount go and exits on its own. */
 export async function runUnmount(args: string[]): Promise<number> {
   if (args.length !== 1 || args[0]!.startsWith('-')) throw new UserError('usage: gcsmount unmount MOUNTPOINT', EXIT.usage);
-  const path = resolve(args[0]!);
+  // The mount table names the real path; the user may give a symlink to it.
+  const path = await canonicalMountPoint(args[0]!);
   if (!(await mountedPaths()).has(path)) throw new UserError(`${args[0]} is not mounted`, EXIT.mountPoint);
   try {
     await run('fusermount', ['-u', path]);

@@ -1,5 +1,5 @@
 import { controlRequest, type MountInfo } from '../observe/control-server.js';
-import { socketPathFor } from '../observe/runtime-dir.js';
+import { controlSocketFor } from '../observe/runtime-dir.js';
 import { EXIT, UserError } from './exit.js';
 import { parseMountArgs } from './options.js';
 import { OptionError } from './values.js';
@@ -31,8 +31,9 @@ export async function runWait(args: string[]): Promise<number> {
   }
   if (!mountPoint) throw new UserError(USAGE, EXIT.usage);
   const deadline = Date.now() + timeoutS * 1000;
+  const socketPath = await controlSocketFor(mountPoint);
   for (;;) {
-    const info = await controlRequest<MountInfo>(socketPathFor(mountPoint), '/info', 'GET', 1000);
+    const info = await controlRequest<MountInfo>(socketPath, '/info', 'GET', 1000);
     if (info) return EXIT.ok;
     if (Date.now() > deadline) throw new UserError(`${mountPoint} did not come up within ${timeoutS} s`, EXIT.mountPoint);
     await new Promise((r) => setTimeout(r, 200));

@@ -2,7 +2,7 @@ import { SingleBar } from 'cli-progress';
 import { request } from 'node:http';
 import { relative, resolve } from 'node:path';
 import type { WarmProgress } from '../observe/control-server.js';
-import { socketPathFor } from '../observe/runtime-dir.js';
+import { canonicalMountPoint, controlSocketFor } from '../observe/runtime-dir.js';
 import { EXIT, UserError } from './exit.js';
 import { formatBytes } from './format.js';
 
@@ -43,13 +43,17 @@ export async function runWarm(args: string[]): Promise<number> {
   const [mountPoint, ...paths] = args;
   if (!mountPoint || paths.length === 0 || args.some((a) => a.startsWith('-'))) throw new UserError(USAGE, EXIT.usage);
   const root = resolve(mountPoint);
-  const socketPath = socketPathFor(root);
+  const realRoot = await canonicalMountPoint(root);
+  const socketPath = await controlSocketFor(root);
   const abort = new AbortController();
   process.once('SIGINT', () => abort.abort());
   const tty = process.stderr.isTTY;
   for (const p of paths) {
     const abs = resolve(root, p);
-    const rel = relative(root, abs);
+    // PATH may be spelled through the mountpoint as given, through its real path, or through a symlink.
+    const candidates = [relative(root, abs), relative(realRoot, abs)];
+    if (candidates.every((r) => r.startsWith('..'))) candidates.push(relative(realRoot, await canonicalMountPoint(abs)));
+    const rel = candidates.find((r) => !r.startsWith('..')) ?? '..';
     if (rel.startsWith('..')) throw new UserError(`${p} is not under ${mountPoint}`, EXIT.usage);
     const mountPath = `/${rel}`;
     const started = performance.now();

@@ -12,7 +12,7 @@ import { PrefetchStore } from '../prefetch/prefetch-store.js';
 import { warm } from '../fs/warmer.js';
 import { startControlServer, type MountInfo } from '../observe/control-server.js';
 import { startPrometheus } from '../observe/prometheus.js';
-import { ensureRuntimeDir, socketPathFor } from '../observe/runtime-dir.js';
+import { controlSocketFor, ensureRuntimeDir } from '../observe/runtime-dir.js';
 import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
 import { FuseMount, prepareMountPoint } from '../fs/mount.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
@@ -39,8 +39,12 @@ const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
-/** -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. */
-const PASSED_MOUNT_OPTIONS = new Set(['allow_root', 'default_permissions']);
+/**
+ * -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. The restricting
+ * kernel flags an fstab line may carry (noexec, nosuid, nodev, noatime) are honoured; the loosening
+ * ones (suid, dev) are not.
+ */
+const PASSED_MOUNT_OPTIONS = new Set(['allow_root', 'default_permissions', 'noexec', 'nosuid', 'nodev', 'noatime']);
 
 /** Kernel attribute and entry timeouts, in seconds, following a metadata TTL. */
 function kernelSecs(ttl: Ttl): number {
@@ -61,8 +65,41 @@ export interface RunningDaemon {
   stop(): Promise<void>;
 }
 
-/** Builds the whole stack from options, checks the bucket, and mounts. Components never see argv. */
+/**
+ * Builds the whole stack from options, checks the bucket, and mounts. Components never see argv.
+ * Whatever fails, before or after the kernel mount, everything opened so far is closed again in reverse
+ * order (the mount unmounted, listeners closed, the index closed): a failed start never leaves a dead
+ * mount ("Transport endpoint is not connected") for systemd's Restart= to trip over.
+ */
 export async function startDaemon(opts: MountOptions, log: Logger): Promise<RunningDaemon> {
+  const undo: (() => unknown)[] = [];
+  try {
+    return await assembleDaemon(opts, log, undo);
+  } catch (err) {
+    for (const close of undo.reverse()) {
+      try {
+        await close();
+      } catch (e) {
+        log.warn({ err: (e as Error).message }, 'clean-up after a failed start-up failed');
+      }
+    }
+    throw err;
+  }
+}
+
+/** A --prometheus-port another process holds is the user's to fix: exit 2 with one line, like a bad flag. */
+async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited<ReturnType<typeof startPrometheus>>> {
+  try {
+    return await startPrometheus(metrics, port);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') throw new UserError(`--prometheus-port ${port} is already in use by another process`, EXIT.usage);
+    throw new UserError(`--prometheus-port ${port} cannot be used: ${code ?? (err as Error).message}`, EXIT.usage);
+  }
+}
+
+/** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
+async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unknown)[]): Promise<RunningDaemon> {
   const v = opts.values;
   const mountPoint = await prepareMountPoint(opts.mountPoint);
   // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
@@ -75,6 +112,12 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   }
   const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
   const metrics = new Metrics();
+  // Listeners first: a port or socket that cannot be had fails the start before anything is mounted.
+  const prometheus = v['prometheus-port'] > 0 ? await listenPrometheus(metrics, v['prometheus-port']) : null;
+  if (prometheus) {
+    undo.push(() => prometheus.close());
+    log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
+  }
   const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
   const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
   metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
@@ -131,7 +174,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
   }
 
   const disk = openDiskCache(opts, log, metrics);
+  if (disk) undo.push(() => disk.close());
   const client = new HttpObjectClient(clientConfig);
+  undo.push(() => client.close());
   const blockSize = v['block-size-mb'] * MIB;
   const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);
   const scheduler = new DownloadScheduler({
@@ -147,6 +192,7 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     idleTrimMs: 30_000,
   });
+  undo.push(() => buffers.close());
   // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
   const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics);
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
@@ -204,26 +250,9 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
     else if (o !== 'ro') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
   }
-  let mount: FuseMount;
-  try {
-    mount = await FuseMount.mount(mountPoint, ops, {
-      fsName: opts.bucket,
-      attrTimeoutSec: kernelSecs(ttl),
-      entryTimeoutSec: kernelSecs(ttl),
-      negativeTimeoutSec: kernelSecs(negativeTtl),
-      allowOther,
-      extra,
-    });
-  } catch (err) {
-    disk?.close();
-    buffers.close();
-    await client.close();
-    throw err;
-  }
-
   const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? v['cache-dir'] : null };
   const control = await startControlServer(
-    socketPathFor(mountPoint),
+    await controlSocketFor(mountPoint),
     {
       info: () => info,
       stats: () => statsReport(info, metrics),
@@ -234,8 +263,19 @@ export async function startDaemon(opts: MountOptions, log: Logger): Promise<Runn
     },
     log,
   );
-  const prometheus = v['prometheus-port'] > 0 ? await startPrometheus(metrics, v['prometheus-port']) : null;
-  if (prometheus) log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
+  undo.push(() => control.close());
+
+  const mount = await FuseMount.mount(mountPoint, ops, {
+    fsName: opts.bucket,
+    attrTimeoutSec: kernelSecs(ttl),
+    entryTimeoutSec: kernelSecs(ttl),
+    negativeTimeoutSec: kernelSecs(negativeTtl),
+    allowOther,
+    extra,
+  });
+  undo.push(() => mount.unmount());
+  // Only now does `gcsmount wait` get its answer.
+  control.open();
 
   return {
     mount,

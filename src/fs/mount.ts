@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
-import { resolve as resolvePath } from 'node:path';
 import { promisify } from 'node:util';
 import Fuse, { type FuseOps } from 'fuse-native';
+import { canonicalMountPoint } from '../observe/runtime-dir.js';
 
 const run = promisify(execFile);
 
@@ -41,7 +41,8 @@ export async function prepareMountPoint(path: string): Promise<string> {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOTCONN') {
-      abs = resolvePath(path);
+      // A stale mount: resolved without touching it, as the clients resolve it (symlinks included).
+      abs = await canonicalMountPoint(path);
     } else if (code === 'ENOENT') {
       throw new MountPointError(`mountpoint ${path} does not exist`);
     } else {

@@ -25,13 +25,19 @@ export interface OperationDeps {
   prefetcher?: Prefetcher | null;
 }
 
-/** A bucket has no meaningful capacity; report a large, constant one so `df` and tools that check space are happy. */
+/**
+ * A bucket has no capacity: report a huge constant one, as gcsfuse does (1 PiB free, and inodes to
+ * match), so `df` and tools that check for space before writing or copying are happy. fuse-native hands
+ * every statfs field to libfuse through a Uint32Array, so each value must fit in 32 bits: 2^40 blocks
+ * of 4 KiB arrived as 0. A 1 MiB block size (also the preferred I/O size gcsfuse reports) keeps the
+ * count at 2^30.
+ */
 const STATFS: FuseStatfs = {
-  bsize: 4096,
-  frsize: 4096,
-  blocks: 2 ** 40,
-  bfree: 2 ** 40,
-  bavail: 2 ** 40,
+  bsize: 2 ** 20,
+  frsize: 2 ** 20,
+  blocks: 2 ** 30,
+  bfree: 2 ** 30,
+  bavail: 2 ** 30,
   files: 2 ** 30,
   ffree: 2 ** 30,
   favail: 2 ** 30,

@@ -31,11 +31,20 @@ export interface ControlHandlers {
   warm(path: string, progress: (p: WarmProgress) => void, signal: AbortSignal): Promise<void>;
 }
 
+export interface ControlServer {
+  /** From now on requests are answered: the mount is up. */
+  open(): void;
+  close(): Promise<void>;
+}
+
 /**
  * The daemon's control socket: HTTP over a Unix socket, readable by its owner only (the folder is 0700,
  * the socket 0600). GET /info, GET /stats, POST /warm?path=... (newline-delimited JSON progress).
+ * It listens before the kernel mount (so a failure to listen never leaves a mount behind) but answers
+ * 503 until open(): `gcsmount wait` takes an answer to /info as "the mount is up".
  */
-export async function startControlServer(socketPath: string, handlers: ControlHandlers, log: Logger): Promise<{ close(): Promise<void> }> {
+export async function startControlServer(socketPath: string, handlers: ControlHandlers, log: Logger): Promise<ControlServer> {
+  let answering = false;
   await ensureRuntimeDir();
   // A socket file left by a killed daemon would make listen fail with EADDRINUSE.
   await fsp.rm(socketPath, { force: true });
@@ -45,6 +54,7 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify(body)}\n`);
     };
+    if (!answering) return json(503, { error: 'the mount is not up yet' });
     if (req.method === 'GET' && url.pathname === '/info') return json(200, handlers.info());
     if (req.method === 'GET' && url.pathname === '/stats') return json(200, handlers.stats());
     if (req.method === 'POST' && url.pathname === '/warm') {
@@ -69,6 +79,9 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
   await fsp.chmod(socketPath, 0o600);
   log.debug({ socketPath }, 'control socket listening');
   return {
+    open: () => {
+      answering = true;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -78,10 +91,15 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
   };
 }
 
-/** A client request to a control socket: the parsed JSON body, or null when no daemon answers there. */
+/** A client request to a control socket: the parsed JSON body, or null when no daemon answers there (yet). */
 export function controlRequest<T>(socketPath: string, path: string, method = 'GET', timeoutMs = 5000): Promise<T | null> {
   return new Promise((resolve) => {
     const req = request({ socketPath, path, method, timeout: timeoutMs }, (res: IncomingMessage) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        resolve(null);
+        return;
+      }
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { preparePrivateDir } from '../private-dir.js';
 
 /**
@@ -15,9 +15,33 @@ export function runtimeDir(env: NodeJS.ProcessEnv = process.env): string {
   return env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'gcsmount') : join(tmpdir(), `gcsmount-${uid}`);
 }
 
-/** The control socket of the mount at `mountPoint` (a short hash: socket paths are limited to 108 bytes). */
-export function socketPathFor(mountPoint: string, env: NodeJS.ProcessEnv = process.env): string {
-  const id = createHash('sha256').update(resolve(mountPoint)).digest('hex').slice(0, 16);
+/**
+ * A mountpoint as the kernel's mount table names it (what the daemon mounts on: realpath): absolute,
+ * every symlink resolved, so a client given a symlink finds the same socket. Resolved by hand, parent
+ * first and then the last component with readlink, because neither touches the mount itself: realpath
+ * would stat the mount's root, which fails on a dead mount (ENOTCONN) and waits on a wedged daemon.
+ */
+export async function canonicalMountPoint(path: string, hops = 0): Promise<string> {
+  const abs = resolve(path);
+  if (abs === '/') return abs;
+  let parent: string;
+  try {
+    parent = await fsp.realpath(dirname(abs));
+  } catch {
+    return abs;
+  }
+  const joined = join(parent, basename(abs));
+  // 40 is Linux's own limit on symlinks followed in one lookup (ELOOP).
+  if (hops < 40) {
+    const link = await fsp.readlink(joined).catch(() => null);
+    if (link !== null) return canonicalMountPoint(resolve(parent, link), hops + 1);
+  }
+  return joined;
+}
+
+/** The control socket of the mount at `path` (a short hash: socket paths are limited to 108 bytes). */
+export async function controlSocketFor(path: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const id = createHash('sha256').update(await canonicalMountPoint(path)).digest('hex').slice(0, 16);
   return join(runtimeDir(env), `${id}.sock`);
 }
 
