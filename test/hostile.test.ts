@@ -2,7 +2,7 @@ import { promises as fsp } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, daemonEnv, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, daemonEnv, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
 describe('hostile names and bad input', () => {
@@ -65,8 +65,12 @@ describe('hostile names and bad input', () => {
     tb.emulator.resetStats();
     const r = await run('sh', ['-c', `ls -f ${join(m.path, 'huge')} | grep -c '^c'`], { timeoutMs: 180_000 });
     expect(r.stdout.trim()).toBe('100000');
-    expect(tb.emulator.stats().requests.list).toBeLessThanOrEqual(102); // 100 pages and the lookup
+    const lists = tb.emulator.stats().requests.list;
     await unmount(m.path);
+    // 100 pages and the lookup, plus any page the daemon cut as stalled and asked again (a loaded machine
+    // can keep the emulator silent past the stall timeout while it reads a 100,000-entry folder).
+    const stalls = (await finalCounters(m.logFile)).gcs_stalls ?? 0;
+    expect(lists).toBeLessThanOrEqual(102 + stalls);
     await fsp.rm(dir, { recursive: true, force: true });
   }, 240_000);
 
