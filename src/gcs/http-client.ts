@@ -190,7 +190,8 @@ export class HttpObjectClient implements ObjectClient {
    * needs anyway (storage.objects.list): 404 = no such bucket, 401/403 = credentials.
    */
   async probeBucket(): Promise<void> {
-    await this.json<unknown>('list', `${this.bucketPath}/o?maxResults=1&fields=nextPageToken`, `bucket ${this.bucket}`);
+    // Counted as the bucket check it is (gcs_requests_bucket), not as a listing the namespace made.
+    await this.json<unknown>('bucket', `${this.bucketPath}/o?maxResults=1&fields=nextPageToken`, `bucket ${this.bucket}`);
   }
 
   async statObject(name: string): Promise<ObjectMeta | null> {
