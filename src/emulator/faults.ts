@@ -39,9 +39,11 @@ export interface EmulatorKnobs {
   bodyStallResumes: boolean;
   /** Bucket-resource GETs answer 403, as for a key holding only roles/storage.objectViewer (no storage.buckets.get). */
   denyBucketGet: boolean;
+  /** API requests whose `Authorization: Bearer TOKEN` names one of these tokens answer 401 (an expired or revoked token). */
+  rejectTokens: string[];
 }
 
-export type InjectedFault = '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
+export type InjectedFault = '401' | '403' | '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
 
 export const DEFAULT_KNOBS: EmulatorKnobs = {
   latencyMs: 0,
@@ -61,6 +63,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   bodyStallMs: 60_000,
   bodyStallResumes: true,
   denyBucketGet: false,
+  rejectTokens: [],
 };
 
 const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate'] as const;
@@ -108,6 +111,8 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
   if (src.stall !== undefined && typeof src.stall !== 'boolean') throw new Error('stall must be true or false');
   if (src.denyBucketGet !== undefined && typeof src.denyBucketGet !== 'boolean') throw new Error('denyBucketGet must be true or false');
   if (src.bodyStallResumes !== undefined && typeof src.bodyStallResumes !== 'boolean') throw new Error('bodyStallResumes must be true or false');
+  const rt = src.rejectTokens;
+  if (rt !== undefined && !(Array.isArray(rt) && rt.every((t) => typeof t === 'string'))) throw new Error('rejectTokens must be a list of strings');
   return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
 }
 
@@ -143,7 +148,7 @@ export class Faults {
   }
 
   get knobs(): EmulatorKnobs {
-    return { ...this.current, failMedia: this.current.failMedia ? { ...this.current.failMedia } : null };
+    return { ...this.current, failMedia: this.current.failMedia ? { ...this.current.failMedia } : null, rejectTokens: [...this.current.rejectTokens] };
   }
 
   set(patch: Partial<EmulatorKnobs>): EmulatorKnobs {

@@ -1,10 +1,12 @@
 // Object downloads (alt=media): headers as GCS sends them, Range handling, and body faults.
-import type { OutgoingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import { createGunzip } from 'node:zlib';
 import { checkRead, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
 import { hashesOf, openExisting } from './objects.js';
 import { etagFor } from './resources.js';
 import { sendBody } from './send.js';
+import type { FileHandle } from 'node:fs/promises';
 
 export type RangeRequest =
   | { kind: 'none' }
@@ -39,6 +41,19 @@ const FAIL_MESSAGES: Record<number, string> = {
   503: 'Service Unavailable',
 };
 
+/** Whether the request's Accept-Encoding admits gzip (present, and not `q=0`). */
+export function acceptsGzip(headers: IncomingHttpHeaders): boolean {
+  const raw = headers['accept-encoding'];
+  if (!raw) return false;
+  for (const part of raw.split(',')) {
+    const [coding, ...params] = part.trim().toLowerCase().split(';');
+    if (coding?.trim() !== 'gzip' && coding?.trim() !== '*') continue;
+    const q = params.map((p) => /^\s*q\s*=\s*([\d.]+)\s*$/.exec(p)?.[1]).find((v) => v !== undefined);
+    return q === undefined || Number(q) > 0;
+  }
+  return false;
+}
+
 export async function getObjectMedia(ctx: RequestContext, bucket: string, name: string): Promise<void> {
   const fail = ctx.knobs.failMedia;
   if (fail) {
@@ -51,7 +66,13 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
     const { obj, fh } = opened;
     checkRead(ctx.query, obj);
     const hashes = await hashesOf(ctx, opened);
-    const range = parseRange(ctx.req.headers.range, obj.size);
+    const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(obj);
+    const gzipped = encoding !== null && encoding.toLowerCase() === 'gzip';
+    // GCS's decompressive transcoding: a gzip-encoded object is sent decompressed unless the request
+    // accepts gzip; then Range is ignored and the answer is a 200 with neither Content-Length nor
+    // Content-Encoding (https://cloud.google.com/storage/docs/transcoding).
+    const transcode = gzipped && !acceptsGzip(ctx.req.headers);
+    const range = transcode ? ({ kind: 'none' } as const) : parseRange(ctx.req.headers.range, obj.size);
     const headers: OutgoingHttpHeaders = {
       'Content-Type': 'application/octet-stream',
       'Accept-Ranges': 'bytes',
@@ -62,7 +83,7 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
       'x-goog-metageneration': '1',
       'x-goog-stored-content-length': String(obj.size),
       // @google-cloud/storage only checks x-goog-hash when it is told the stored bytes are the sent bytes.
-      'x-goog-stored-content-encoding': 'identity',
+      'x-goog-stored-content-encoding': encoding ?? 'identity',
       'x-goog-hash': `crc32c=${hashes.crc32c},md5=${hashes.md5Hash}`,
       'x-goog-storage-class': 'STANDARD',
     };
@@ -80,6 +101,12 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
       ctx.entry.range = { start, end };
     }
     const length = end - start + 1;
+    if (transcode) {
+      await sendDecompressed(ctx, opened.fh, headers);
+      return;
+    }
+    // Served as stored: the client said it takes gzip, so the bytes go with their encoding.
+    if (encoding !== null) headers['Content-Encoding'] = encoding;
     headers['Content-Length'] = length;
     ctx.res.writeHead(status, headers);
     if (ctx.req.method === 'HEAD' || length === 0) {
@@ -110,5 +137,30 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
     }
   } finally {
     await opened.fh.close();
+  }
+}
+
+/**
+ * The decompressed bytes of a gzip-encoded object, chunked (their length is not known up front). Body
+ * faults are not injected here: the knobs cut bodies at a fraction of a known length.
+ */
+async function sendDecompressed(ctx: RequestContext, fh: FileHandle, headers: OutgoingHttpHeaders): Promise<void> {
+  ctx.res.writeHead(200, headers);
+  if (ctx.req.method === 'HEAD') {
+    ctx.res.end();
+    return;
+  }
+  const stored = fh.createReadStream({ autoClose: false, highWaterMark: 256 * 1024 });
+  const gunzip = createGunzip();
+  stored.pipe(gunzip);
+  try {
+    const r = await sendBody(ctx.res, gunzip, { bytesPerSec: ctx.knobs.bandwidthBytesPerSec, cut: null, onBytes: (n) => (ctx.entry.bytes += n) });
+    if (r === 'done') ctx.res.end();
+  } catch {
+    // Not gzip after all (the metadata lied): the body so far is all there is; cut it so the client sees it short.
+    ctx.res.destroy();
+  } finally {
+    stored.destroy();
+    gunzip.destroy();
   }
 }

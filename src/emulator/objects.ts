@@ -9,7 +9,10 @@ import type { OpenedObject, StoredObject } from './store.js';
 
 export async function getBucket(ctx: RequestContext, bucket: string): Promise<void> {
   const fields = ctx.fields();
-  if (ctx.knobs.denyBucketGet) throw new HttpError(403, 'caller does not have storage.buckets.get access to the Google Cloud Storage bucket.');
+  if (ctx.knobs.denyBucketGet) {
+    ctx.entry.injected = '403';
+    throw new HttpError(403, 'Caller does not have storage.buckets.get access to the Google Cloud Storage bucket. Permission \'storage.buckets.get\' denied on resource (or it may not exist).');
+  }
   const st = await ctx.shared.store.bucketStat(bucket);
   if (!st) throw noSuchBucket();
   await ctx.projected(bucketResource(ctx.shared.baseUrl, bucket, st), fields);
@@ -41,7 +44,8 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
   // Hashing is the expensive part of a listing; skip it unless the caller's `fields` wants it.
   const wantHashes = wantsHashes(fields, ['items']);
   const described = await mapLimit(page.items, wantHashes ? 8 : 64, (it) => describe(ctx, bucket, it.name, it.path, wantHashes));
-  const items = described.filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes));
+  const encodings = await store.contentEncodings(bucket);
+  const items = described.filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes, encodings.of(d.obj)));
   // Field order as GCS sends it; empty lists are omitted, not sent as [].
   const body: Record<string, unknown> = { kind: 'storage#objects' };
   if (page.nextPageToken !== null) body.nextPageToken = page.nextPageToken;
@@ -57,7 +61,8 @@ export async function getObjectMetadata(ctx: RequestContext, bucket: string, nam
   try {
     checkRead(ctx.query, opened.obj);
     const hashes = wantsHashes(fields, []) ? await hashesOf(ctx, opened) : null;
-    await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes), fields);
+    const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(opened.obj);
+    await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes, encoding), fields);
   } finally {
     await opened.fh.close();
   }

@@ -26,8 +26,11 @@ export function rfc3339(ns: bigint): string {
   return new Date(Number(ns / 1_000_000n)).toISOString();
 }
 
-/** `hashes` is null when the caller's `fields` did not ask for them, so nothing was hashed. */
-export function objectResource(baseUrl: string, obj: StoredObject, hashes: Hashes | null): Record<string, unknown> {
+/**
+ * `hashes` is null when the caller's `fields` did not ask for them, so nothing was hashed. `size` and the
+ * hashes describe the stored bytes, compressed or not, as GCS's do.
+ */
+export function objectResource(baseUrl: string, obj: StoredObject, hashes: Hashes | null, contentEncoding: string | null = null): Record<string, unknown> {
   const enc = encodeURIComponent(obj.name);
   const b = encodeURIComponent(obj.bucket);
   const time = rfc3339(obj.mtimeNs);
@@ -44,6 +47,7 @@ export function objectResource(baseUrl: string, obj: StoredObject, hashes: Hashe
     storageClass: 'STANDARD',
     size: String(obj.size),
   };
+  if (contentEncoding !== null) res.contentEncoding = contentEncoding;
   if (hashes) {
     res.md5Hash = hashes.md5Hash;
     res.crc32c = hashes.crc32c;

@@ -106,6 +106,12 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         return;
       }
       if (ctx.knobs.latencyMs > 0) await sleep(ctx.knobs.latencyMs);
+      const token = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
+      if (token !== undefined && ctx.knobs.rejectTokens.includes(token)) {
+        entry.injected = '401';
+        await ctx.error(401, 'Invalid Credentials', { 'WWW-Authenticate': 'Bearer realm="https://accounts.google.com/", error="invalid_token"' });
+        return;
+      }
       const injected = faults.rollStatus();
       if (injected) {
         entry.injected = injected;

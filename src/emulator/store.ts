@@ -34,10 +34,32 @@ export interface WalkResult {
 }
 
 const INDEX = 'index.json';
+/** Per bucket: name -> the Content-Encoding its upload declared, for the generation that upload made. */
+const ENCODINGS = 'encodings.json';
+
+/** What the encodings file holds for one name; it applies only while the object has that generation. */
+interface StoredEncoding {
+  generation: string;
+  contentEncoding: string;
+}
+
+/**
+ * The Content-Encodings of a bucket's objects. An entry counts only for the generation it was written
+ * for, so a file rewritten behind the emulator's back (a new mtime, so a new generation) is identity.
+ */
+export class ContentEncodings {
+  constructor(private readonly entries: ReadonlyMap<string, StoredEncoding>) {}
+
+  of(obj: StoredObject): string | null {
+    const e = this.entries.get(obj.name);
+    return e && e.generation === obj.generation ? e.contentEncoding : null;
+  }
+}
 
 export class Store {
   private readonly locks = new Map<string, Promise<void>>();
   private readonly indexCache = new Map<string, { key: string; names: Set<string> }>();
+  private readonly encodingsCache = new Map<string, { key: string; entries: Map<string, StoredEncoding> }>();
 
   constructor(readonly root: string) {}
 
@@ -122,6 +144,44 @@ export class Store {
     return names;
   }
 
+  /** The bucket's Content-Encodings (read afresh when the file changed, like the side index). */
+  async contentEncodings(bucket: string): Promise<ContentEncodings> {
+    return new ContentEncodings(await this.encodingEntries(bucket));
+  }
+
+  private async encodingEntries(bucket: string): Promise<Map<string, StoredEncoding>> {
+    const p = path.join(this.bucketDir(bucket), SIDE_DIR, ENCODINGS);
+    const st = await statOrNull(p);
+    if (!st) return new Map();
+    const key = `${st.ino}:${st.size}:${st.mtimeNs}`;
+    const cached = this.encodingsCache.get(p);
+    if (cached && cached.key === key) return cached.entries;
+    const entries = new Map<string, StoredEncoding>();
+    try {
+      const parsed: unknown = JSON.parse(await fsp.readFile(p, 'utf8'));
+      for (const [name, v] of Object.entries(parsed as Record<string, Partial<StoredEncoding>>)) {
+        if (typeof v?.generation === 'string' && typeof v.contentEncoding === 'string') entries.set(name, { generation: v.generation, contentEncoding: v.contentEncoding });
+      }
+    } catch {
+      // A hand-damaged file reads as "no encodings" rather than failing every request.
+    }
+    this.encodingsCache.set(p, { key, entries });
+    return entries;
+  }
+
+  /** Records (or, with null, forgets) `name`'s Content-Encoding for one generation. Call under the bucket lock. */
+  private async setEncoding(bucket: string, name: string, value: StoredEncoding | null): Promise<void> {
+    const entries = new Map(await this.encodingEntries(bucket));
+    if (value === null && !entries.has(name)) return;
+    if (value === null) entries.delete(name);
+    else entries.set(name, value);
+    const p = path.join(this.bucketDir(bucket), SIDE_DIR, ENCODINGS);
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    const tmp = await this.tempPath(bucket);
+    await fsp.writeFile(tmp, JSON.stringify(Object.fromEntries(entries)));
+    await fsp.rename(tmp, p);
+  }
+
   sidePath(bucket: string, name: string): string {
     const digest = createHash('sha256').update(name, 'utf8').digest('hex');
     return path.join(this.bucketDir(bucket), SIDE_DIR, 'objects', digest);
@@ -165,13 +225,18 @@ export class Store {
   /**
    * Moves a fully written temp file into place as `name`. `check` sees the current object (for
    * preconditions) under the bucket lock, so two racing uploads cannot both pass ifGenerationMatch=0;
-   * whatever it throws aborts the commit and reaches the caller.
+   * whatever it throws aborts the commit and reaches the caller. `contentEncoding` is the object's
+   * Content-Encoding metadata (e.g. 'gzip'), or null for identity.
    */
-  async commit(bucket: string, name: string, tmp: string, check: (cur: StoredObject | null) => void): Promise<StoredObject> {
+  async commit(bucket: string, name: string, tmp: string, check: (cur: StoredObject | null) => void, contentEncoding: string | null = null): Promise<StoredObject> {
     return this.withLock(bucket, async () => {
       const cur = await this.stat(bucket, name);
       check(cur);
       await ensureNewer(tmp, cur ? BigInt(cur.generation) : null);
+      // Recorded before the rename (a rename keeps the mtime, so the generation), so no reader sees the
+      // new object without its encoding.
+      const tmpGeneration = ((await fsp.stat(tmp, { bigint: true })).mtimeNs / 1000n).toString();
+      await this.setEncoding(bucket, name, contentEncoding === null ? null : { generation: tmpGeneration, contentEncoding });
       const side = await this.sideNames(bucket);
       const dir = this.bucketDir(bucket);
       let dest: string;
@@ -191,6 +256,8 @@ export class Store {
       }
       const obj = await this.statPath(bucket, name, dest);
       if (!obj) throw new Error(`object vanished right after commit: ${dest}`);
+      // A copy across file systems sets the mtime with less precision: record the generation it got.
+      if (contentEncoding !== null && obj.generation !== tmpGeneration) await this.setEncoding(bucket, name, { generation: obj.generation, contentEncoding });
       return obj;
     });
   }
@@ -202,6 +269,7 @@ export class Store {
       if (!cur) return false;
       check(cur);
       await fsp.rm(cur.path, { force: true });
+      await this.setEncoding(bucket, name, null);
       const side = await this.sideNames(bucket);
       if (side.has(name)) {
         await this.writeIndex(bucket, [...side].filter((n) => n !== name));

@@ -19,8 +19,10 @@ interface Session {
   tmp: string;
   /** Query of the initiating POST: its preconditions apply when the upload completes. */
   query: URLSearchParams;
+  /** The object resource sent with the initiating POST (contentEncoding applies at completion). */
+  metadata: Record<string, unknown>;
   received: number;
-  done: { obj: StoredObject; hashes: Hashes } | null;
+  done: { obj: StoredObject; hashes: Hashes; contentEncoding: string | null } | null;
   /** PUTs to one session are handled one at a time. */
   lock: Promise<void>;
 }
@@ -96,7 +98,7 @@ export class Uploads {
     const tmp = await store.tempPath(bucket);
     await fsp.writeFile(tmp, '');
     const id = randomBytes(16).toString('hex');
-    this.remember(id, { bucket, name: name!, tmp, query: ctx.query, received: 0, done: null, lock: Promise.resolve() });
+    this.remember(id, { bucket, name: name!, tmp, query: ctx.query, metadata, received: 0, done: null, lock: Promise.resolve() });
     const location =
       `${baseUrl}/upload/storage/v1/b/${encodeURIComponent(bucket)}/o` +
       `?uploadType=resumable&name=${encodeURIComponent(name!)}&upload_id=${id}`;
@@ -129,7 +131,7 @@ export class Uploads {
   private async put(ctx: RequestContext, id: string, s: Session): Promise<void> {
     if (s.done) {
       ctx.req.resume();
-      return this.reply(ctx, s.done.obj, s.done.hashes);
+      return this.reply(ctx, s.done.obj, s.done.hashes, s.done.contentEncoding);
     }
     const cr = parseContentRange(ctx.req.headers['content-range']);
     if (cr.start !== null) {
@@ -154,7 +156,7 @@ export class Uploads {
       return;
     }
     try {
-      s.done = await this.complete(ctx, s.bucket, s.name, s.tmp, s.query, {});
+      s.done = await this.complete(ctx, s.bucket, s.name, s.tmp, s.query, s.metadata);
     } catch (e) {
       // A session that failed its hash check or precondition cannot succeed later; GCS drops it too.
       this.sessions.delete(id);
@@ -171,7 +173,7 @@ export class Uploads {
     tmp: string,
     query: URLSearchParams,
     metadata: Record<string, unknown>,
-  ): Promise<{ obj: StoredObject; hashes: Hashes }> {
+  ): Promise<{ obj: StoredObject; hashes: Hashes; contentEncoding: string | null }> {
     const { store } = ctx.shared;
     const fh = await fsp.open(tmp, 'r');
     let hashes: Hashes;
@@ -181,14 +183,15 @@ export class Uploads {
       await fh.close();
     }
     verifyHashes(hashes, ctx.req.headers['x-goog-hash'], metadata);
-    const obj = await store.commit(bucket, name, tmp, (cur) => checkWrite(query, cur, { bucket, name }));
+    const contentEncoding = contentEncodingOf(query, metadata);
+    const obj = await store.commit(bucket, name, tmp, (cur) => checkWrite(query, cur, { bucket, name }), contentEncoding);
     ctx.shared.hashes.seed(obj, hashes);
-    await this.reply(ctx, obj, hashes);
-    return { obj, hashes };
+    await this.reply(ctx, obj, hashes, contentEncoding);
+    return { obj, hashes, contentEncoding };
   }
 
-  private reply(ctx: RequestContext, obj: StoredObject, hashes: Hashes): Promise<void> {
-    return ctx.projected(objectResource(ctx.shared.baseUrl, obj, hashes), ctx.fields());
+  private reply(ctx: RequestContext, obj: StoredObject, hashes: Hashes, contentEncoding: string | null): Promise<void> {
+    return ctx.projected(objectResource(ctx.shared.baseUrl, obj, hashes, contentEncoding), ctx.fields());
   }
 
   /** Removes temp files of sessions that never completed. */
@@ -207,6 +210,16 @@ export class Uploads {
     }
     this.sessions.set(id, s);
   }
+}
+
+/**
+ * The object's Content-Encoding: the `contentEncoding` query parameter (objects.insert takes one for
+ * media uploads), else the resource's field; 'identity' or nothing is no encoding.
+ */
+function contentEncodingOf(query: URLSearchParams, metadata: Record<string, unknown>): string | null {
+  const v = query.get('contentEncoding') ?? (typeof metadata.contentEncoding === 'string' ? metadata.contentEncoding : null);
+  const trimmed = v?.trim() ?? '';
+  return trimmed === '' || trimmed.toLowerCase() === 'identity' ? null : trimmed;
 }
 
 function checkName(name: string | null): void {
