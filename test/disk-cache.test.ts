@@ -1,9 +1,10 @@
+import Database from 'better-sqlite3';
 import { constants, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
-import { BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
-import { DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
+import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
+import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { run, tempDir } from './helpers/harness.js';
@@ -65,7 +66,7 @@ describe('a block cache that meets trouble recovers from it', () => {
     const said = (fn: typeof warn, text: string) => fn.mock.calls.filter(([, msg]) => String(msg).includes(text)).length;
     return { log, warn, info, said };
   };
-  const blockFiles = async (dir: string) => (await run('find', [join(dir, 'blocks-v1'), '-type', 'f'])).stdout.split('\n').filter(Boolean);
+  const blockFiles = async (dir: string) => (await run('find', [join(dir, BLOCKS_DIR), '-type', 'f'])).stdout.split('\n').filter(Boolean);
 
   it('lets a second opener of a live cache dir touch nothing: the owner keeps writing', async () => {
     const dir = await tempDir('cache');
@@ -184,10 +185,46 @@ describe('a block cache that meets trouble recovers from it', () => {
       pool.close();
       const found = (await run('find', [dir, '-mindepth', '1', '-printf', '%y %m %P\n'])).stdout.trim().split('\n');
       cache.close();
-      expect(found.length).toBeGreaterThanOrEqual(6); // index.sqlite, -wal, blocks-v1, tmp, a fan folder, two blocks
+      expect(found.length).toBeGreaterThanOrEqual(6); // index.sqlite, -wal, blocks-v2, tmp, a fan folder, two blocks
       for (const line of found) expect(line, line).toMatch(/^(d 700|f 600) /);
     } finally {
       process.umask(old);
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the layout version', () => {
+  it('starts a v2 cache beside a v1 one, drops the v1 table and removes the v1 folder in the background', async () => {
+    const dir = await tempDir('cache');
+    // A v1 cache as the previous version left it: a block file and its row, with a valid CRC.
+    await fsp.mkdir(join(dir, 'blocks-v1', 'ab'), { recursive: true });
+    await fsp.writeFile(join(dir, 'blocks-v1', 'ab', 'ab000000000000000000000000000000'), 'decompressed bytes');
+    const old = new Database(join(dir, 'index.sqlite'));
+    old.exec(`CREATE TABLE blocks_v1 (key TEXT PRIMARY KEY, bucket TEXT, object TEXT, generation TEXT, block INTEGER, size INTEGER, crc32c INTEGER, last_access INTEGER);
+      INSERT INTO blocks_v1 VALUES ('ab000000000000000000000000000000', 'b', 'o', '1', 0, 18, 0, 0);
+      CREATE TABLE settings (k TEXT PRIMARY KEY, v TEXT NOT NULL); INSERT INTO settings VALUES ('clean', '1');`);
+    old.close();
+    const info = vi.fn();
+    const log = { ...silentLogger, info, warn: vi.fn(), child: () => log } as unknown as typeof silentLogger;
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
+    try {
+      expect(BLOCKS_DIR).toBe('blocks-v2');
+      expect(await cache.read({ bucket: 'b', object: 'o', generation: '1', block: 0, blockSize: BLOCK })).toBeNull();
+      expect(cache.info().blocks).toBe(0);
+      await cache.oldLayoutsRemoved;
+      expect((await fsp.readdir(dir)).sort()).toEqual(expect.arrayContaining([BLOCKS_DIR, 'index.sqlite', 'tmp']));
+      expect(await fsp.stat(join(dir, 'blocks-v1')).catch(() => null)).toBeNull();
+      expect(info.mock.calls.some(([, msg]) => String(msg).includes('older layout version'))).toBe(true);
+    } finally {
+      cache.close();
+    }
+    const db = new Database(join(dir, 'index.sqlite'), { readonly: true });
+    try {
+      const tables = db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table'`).all() as { name: string }[];
+      expect(tables.map((t) => t.name).sort()).toEqual([BLOCK_TABLE, 'settings']);
+    } finally {
+      db.close();
       await fsp.rm(dir, { recursive: true, force: true });
     }
   });

@@ -2,6 +2,7 @@ import { promises as fsp } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BLOCKS_DIR } from '../src/blocks/disk-cache.js';
 import { cleanupAll, daemonEnv, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
@@ -49,9 +50,10 @@ describe('hostile names and bad input', () => {
     expect(all.code, all.stderr).toBe(0);
     expect(await fsp.access(`/tmp/${escape}`).then(() => true, () => false)).toBe(false);
     // The cache dir holds only the index, its journal and hashed block files (and, while a block is on
-    // its way to disk, its hashed temporary file).
+    // its way to disk after the read returned, its hashed temporary file).
     const cached = (await run('find', [cacheDir, '-type', 'f'])).stdout.trim().split('\n');
-    for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(/^\/(index\.sqlite(-wal|-shm)?|blocks-v1\/[0-9a-f]{2}\/[0-9a-f]{32}|tmp\/[0-9a-f]{32}\.[0-9a-f]{8})$/);
+    const allowed = new RegExp(`^/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9a-f]{8})$`);
+    for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(allowed);
     await unmount(m.path);
   });
 
@@ -83,9 +85,9 @@ describe('hostile names and bad input', () => {
     await new Promise((r) => setTimeout(r, 1500)); // the daemon sees its mount go and lets go of the index
     await fsp.writeFile(join(cacheDir, 'index.sqlite'), 'this is not a database, it is garbage'.repeat(100));
     await fsp.rm(join(cacheDir, 'index.sqlite-wal'), { force: true });
-    await fsp.writeFile(join(cacheDir, 'blocks-v1', 'zz-garbage'), 'junk');
-    await fsp.mkdir(join(cacheDir, 'blocks-v1', 'ab'), { recursive: true });
-    await fsp.writeFile(join(cacheDir, 'blocks-v1', 'ab', 'ab00000000000000000000000000junk'), 'junk');
+    await fsp.writeFile(join(cacheDir, BLOCKS_DIR, 'zz-garbage'), 'junk');
+    await fsp.mkdir(join(cacheDir, BLOCKS_DIR, 'ab'), { recursive: true });
+    await fsp.writeFile(join(cacheDir, BLOCKS_DIR, 'ab', 'ab00000000000000000000000000junk'), 'junk');
     const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
     expect(await sha256Of(join(second.path, 'ok/big.bin'))).toBe(sha256(bytes(6 * 1024 * 1024, 3)));
     await unmount(second.path);

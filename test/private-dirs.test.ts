@@ -1,6 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BLOCKS_DIR } from '../src/blocks/disk-cache.js';
 import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
@@ -47,7 +48,7 @@ describe('private state: the cache dir and the runtime dir', () => {
     try {
       expect(await sha256Of(join(mnt, 'data/five.bin'))).toBe(sha256(data));
       const listing = async () => (await run('find', [join(real, 'deep'), '-printf', '%y %m %P\n'])).stdout.trim().split('\n');
-      await eventually(async () => (await listing()).filter((l) => l.startsWith('f ') && l.includes('blocks-v1/')).length === 2);
+      await eventually(async () => (await listing()).filter((l) => l.startsWith('f ') && l.includes(`${BLOCKS_DIR}/`)).length === 2);
       const found = await listing();
       expect(found).toContainEqual('d 755 '); // the folder above, as mkdir -p makes it (never world-writable)
       expect(found).toContainEqual('d 700 cache');

@@ -1,7 +1,7 @@
 import { promises as fsp, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BlockIndex, type BlockRow } from '../blocks/block-index.js';
-import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
+import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
 import { benchBucket, cleanup, mountBench, sh, timed } from './harness.js';
@@ -45,7 +45,7 @@ export async function indexScenario(): Promise<string> {
     });
     index.close(false);
     // A dirty restart with every block's file present: the reconciliation scan the daemon runs after a crash.
-    const blocks = join(dir, 'blocks-v1');
+    const blocks = join(dir, BLOCKS_DIR);
     const reopened = BlockIndex.open(path);
     const keys = [...reopened.keys()];
     reopened.close(false);

@@ -19,9 +19,12 @@ export class IndexLockedError extends Error {
 
 /**
  * The version is part of the table name (and of the block folder): a format change starts a fresh
- * cache instead of misreading an old one.
+ * cache instead of misreading an old one. v2: see BLOCKS_DIR in disk-cache.ts.
  */
-const TABLE = 'blocks_v1';
+export const BLOCK_TABLE = 'blocks_v2';
+const TABLE = BLOCK_TABLE;
+/** Tables of older layouts, dropped on open (their block folders are removed by the disk cache). */
+const OLD_TABLES = ['blocks_v1'];
 
 const SCHEMA = `
   CREATE TABLE IF NOT EXISTS ${TABLE} (
@@ -36,6 +39,7 @@ const SCHEMA = `
   ) WITHOUT ROWID;
   CREATE INDEX IF NOT EXISTS ${TABLE}_lru ON ${TABLE}(last_access);
   CREATE TABLE IF NOT EXISTS settings (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+  ${OLD_TABLES.map((t) => `DROP TABLE IF EXISTS ${t};`).join('\n  ')}
 `;
 
 /**

@@ -49,8 +49,15 @@ export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
 /** O_DIRECT wants the memory, the offset and the length aligned to the device's block; 4 KiB covers 512 and 4K devices. */
 const DIRECT_ALIGN = 4096;
 
-/** The layout version is in the folder name, like the table name: a new format starts a new cache. */
-const BLOCKS = 'blocks-v1';
+/**
+ * The layout version is in the folder name, like the table name: a new format starts a new cache.
+ * v2: v1 could hold the decompressed bytes of gzip-encoded objects (fetched without Accept-Encoding: gzip)
+ * under valid CRCs, which must never be served as the stored bytes.
+ */
+export const BLOCKS_DIR = 'blocks-v2';
+const BLOCKS = BLOCKS_DIR;
+/** Folders of older layouts: never read again, removed in the background to give their space back. */
+const OLD_LAYOUT_DIRS = ['blocks-v1'];
 
 export function blockFileKey(k: BlockKey): string {
   return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
@@ -139,6 +146,20 @@ async function writeFully(path: string, data: Buffer): Promise<void> {
   }
 }
 
+/** Deletes the block folders of older layouts, logging what it freed; a failure is logged, not thrown. */
+async function removeOldLayouts(dir: string, log: Logger): Promise<void> {
+  for (const name of OLD_LAYOUT_DIRS) {
+    const old = join(dir, name);
+    if (!(await fsp.stat(old).catch(() => null))) continue;
+    try {
+      await fsp.rm(old, { recursive: true, force: true });
+      log.info({ removed: old }, 'removed the block cache of an older layout version');
+    } catch (err) {
+      log.warn({ dir: old, err: (err as Error).message }, 'cannot remove the block cache of an older layout version');
+    }
+  }
+}
+
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
  * missing, short or fails its CRC32C is dropped and reported as a miss (and counted); a write that fails
@@ -160,6 +181,8 @@ export class DiskCache {
   private readonly pendingWrites = new Set<Promise<void>>();
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
   ready: Promise<void> = Promise.resolve();
+  /** Resolves once the block folders of older layouts are gone (never rejects). */
+  oldLayoutsRemoved: Promise<void> = Promise.resolve();
   private reconciled = true;
   private closed = false;
   private directIo: boolean;
@@ -204,6 +227,8 @@ export class DiskCache {
   /** Opens the cache in `cfg.dir` (which must exist), reconciling it in the background if it was not closed cleanly. */
   static open(cfg: DiskCacheConfig, log: Logger, metrics: Metrics): DiskCache {
     const cache = new DiskCache(cfg, log, metrics);
+    // With the index's lock held, so no daemon of the old version still writes there.
+    cache.oldLayoutsRemoved = removeOldLayouts(cfg.dir, log);
     if (cache.index.wasDirty || cache.index.rebuiltFrom) {
       // In the background: the mount serves reads meanwhile (a row without a file reads as a miss).
       const started = Date.now();
