@@ -69,10 +69,10 @@ function slowClient(content: Buffer) {
   const waiting = new Map<number, () => void>();
   const client: ObjectClient = {
     bucket: 'b',
-    getBucket: async () => ({ name: 'b' }),
+    probeBucket: async () => undefined,
     statObject: async () => null,
     list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
-    readRange: (_name, _gen, start, end, into) =>
+    readRange: (_object, start, end, into) =>
       new Promise((resolve) => {
         waiting.set(start, () => {
           const out = into ? into.subarray(0, end - start) : Buffer.alloc(end - start);

@@ -1,12 +1,21 @@
+import { promises as fsp } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AdaptiveConcurrency } from '../src/gcs/adaptive-concurrency.js';
-import { HttpObjectClient } from '../src/gcs/http-client.js';
+import type { AuthHeaders } from '../src/gcs/auth.js';
+import { HttpObjectClient, transportError } from '../src/gcs/http-client.js';
+import { isRetryable } from '../src/gcs/retry.js';
+import { startEmulator, type Emulator } from '../src/emulator/server.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 
 const OBJECT = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 251));
+const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
 
 /** How the fake server answers a ranged GET. */
 let mode: 'honest' | 'shifted' | 'whole' = 'honest';
@@ -56,7 +65,7 @@ describe('range GETs into a caller buffer', () => {
     for (const m of ['honest', 'whole'] as const) {
       mode = m;
       requests = 0;
-      const got = await c.readRange('o', '1', 5_000, 25_000, into);
+      const got = await c.readRange(VERSION, 5_000, 25_000, into);
       expect(got.length).toBe(20_000);
       expect(got.buffer).toBe(into.buffer);
       expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
@@ -69,8 +78,153 @@ describe('range GETs into a caller buffer', () => {
     mode = 'shifted';
     requests = 0;
     const c = client(url);
-    await expect(c.readRange('o', '1', 5_000, 25_000, Buffer.alloc(20_000))).rejects.toMatchObject({ code: 'CORRUPT' });
+    await expect(c.readRange(VERSION, 5_000, 25_000, Buffer.alloc(20_000))).rejects.toMatchObject({ code: 'CORRUPT' });
     expect(requests).toBe(1); // not retried
     await c.close();
+  });
+});
+
+describe('answers that cannot be the range asked for', () => {
+  let server: Server;
+  let url: string;
+  let answer: 'transcoded' | 'short-whole' = 'transcoded';
+  beforeAll(async () => {
+    server = createServer((_req, res) => {
+      requests++;
+      if (answer === 'transcoded') {
+        // GCS's decompressive transcoding: the whole decompressed object, chunked, Range ignored.
+        res.writeHead(200, { 'x-goog-stored-content-encoding': 'gzip' });
+        res.write(OBJECT.subarray(0, 50_000));
+        res.end(OBJECT.subarray(50_000));
+        return;
+      }
+      res.writeHead(200, { 'content-length': OBJECT.length - 1 });
+      res.end(OBJECT.subarray(1));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+  it('refuses a 200 whose length is not the object size (chunked, or another length), at once', async () => {
+    for (const a of ['transcoded', 'short-whole'] as const) {
+      answer = a;
+      requests = 0;
+      const c = client(url);
+      const err = await c.readRange(VERSION, 5_000, 25_000, Buffer.alloc(20_000)).catch((e: unknown) => e);
+      expect(err, a).toMatchObject({ code: 'CORRUPT' });
+      expect(String((err as Error).message), a).toMatch(/a 200 of .* for a 100000-byte object/);
+      expect(requests, a).toBe(1); // not retried
+      await c.close();
+    }
+  });
+});
+
+describe('against the emulator', () => {
+  let tb: { root: string; emu: Emulator };
+  const plain = Buffer.from('a line of text that compresses well\n'.repeat(10_000));
+  const stored = gzipSync(plain);
+
+  beforeAll(async () => {
+    const root = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-http-'));
+    await fsp.mkdir(join(root, 'b'));
+    tb = { root, emu: await startEmulator({ root }) };
+    const r = await fetch(`${tb.emu.url}/upload/storage/v1/b/b/o?uploadType=media&name=gz&contentEncoding=gzip`, { method: 'POST', body: new Uint8Array(stored) });
+    expect(r.status).toBe(200);
+  });
+  afterAll(async () => {
+    await tb.emu.close();
+    await fsp.rm(tb.root, { recursive: true, force: true });
+  });
+
+  function emulatorClient(auth: AuthHeaders | null, logLines: string[] = [], retry = { maxAttempts: 3, baseDelayMs: 1, multiplier: 2, maxDelayMs: 5 }): HttpObjectClient {
+    return new HttpObjectClient({
+      endpoint: { origin: tb.emu.url, custom: true },
+      bucket: 'b',
+      auth,
+      maxConnections: 4,
+      timeoutMs: 5_000,
+      retry,
+      concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
+      log: pino({ level: 'debug' }, { write: (line: string) => void logLines.push(line) }),
+      metrics: new Metrics(),
+      env: {},
+    });
+  }
+
+  it('reads a gzip-encoded object as its stored bytes, ranges honoured, one request each', async () => {
+    const c = emulatorClient(null);
+    const meta = (await c.statObject('gz'))!;
+    expect(meta.size).toBe(stored.length);
+    tb.emu.resetStats();
+    const whole = await c.readRange(meta, 0, meta.size);
+    expect(whole.equals(stored)).toBe(true);
+    const part = await c.readRange(meta, 100, 1100);
+    expect(part.equals(stored.subarray(100, 1100))).toBe(true);
+    const log = tb.emu.requestLog();
+    expect(log.map((e) => [e.kind, e.status])).toEqual([
+      ['media', 206],
+      ['media', 206],
+    ]);
+    await c.close();
+  });
+
+  it('retries a 401 once with a freshly fetched token, and gives up after that one', async () => {
+    let fresh = 0;
+    let token = 'stale';
+    const auth: AuthHeaders = async (opts) => {
+      if (opts?.fresh) token = `fresh-${++fresh}`;
+      return { authorization: `Bearer ${token}` };
+    };
+    const lines: string[] = [];
+    const c = emulatorClient(auth, lines);
+    tb.emu.setKnobs({ rejectTokens: ['stale'] });
+    tb.emu.resetStats();
+    const meta = (await c.statObject('gz'))!;
+    expect(meta.size).toBe(stored.length);
+    expect(fresh).toBe(1);
+    expect(tb.emu.requestLog().map((e) => e.status)).toEqual([401, 200]);
+    expect(lines.some((l) => l.includes('GCS retry with a fresh token'))).toBe(true);
+    // A token that the server keeps refusing: one fresh token, then the 401 stands (no endless loop).
+    tb.emu.setKnobs({ rejectTokens: ['stale', 'fresh-1', 'fresh-2', 'fresh-3'] });
+    token = 'stale';
+    tb.emu.resetStats();
+    await expect(c.readRange(meta, 0, 10)).rejects.toMatchObject({ code: 'UNAUTHENTICATED' });
+    expect(fresh).toBe(2);
+    expect(tb.emu.requestLog().map((e) => e.status)).toEqual([401, 401]);
+    tb.emu.setKnobs({ rejectTokens: [] });
+    await c.close();
+  });
+
+  it('a request cut off by close() is shutdown, not a GCS fault: no retry, no retry log line', async () => {
+    const lines: string[] = [];
+    // Retries without end, a second apart: only close() can end this read.
+    const c = emulatorClient(null, lines, { maxAttempts: Number.POSITIVE_INFINITY, baseDelayMs: 1000, multiplier: 1, maxDelayMs: 1000 });
+    const meta = (await c.statObject('gz'))!;
+    tb.emu.setKnobs({ rate503: 1 });
+    try {
+      const reading = c.readRange(meta, 0, 10).catch((e: unknown) => e);
+      // Let the first 503 arrive and its backoff begin, then stop.
+      await vi.waitFor(() => expect(lines.some((l) => l.includes('GCS retry after'))).toBe(true));
+      const atClose = lines.length;
+      const t0 = Date.now();
+      await c.close();
+      expect(await reading).toMatchObject({ code: 'CLOSED' });
+      expect(Date.now() - t0).toBeLessThan(900); // the backoff's sleep was cut short
+      await expect(c.readRange(meta, 0, 10)).rejects.toMatchObject({ code: 'CLOSED' });
+      expect(lines.slice(atClose).filter((l) => /GCS retry|GCS request failed/.test(l))).toEqual([]);
+    } finally {
+      tb.emu.setKnobs({ rate503: 0 });
+    }
+  });
+
+  it('classifies undici\'s closed and destroyed errors as CLOSED, resets as TRANSIENT', () => {
+    const closed = Object.assign(new Error('The client is closed'), { code: 'UND_ERR_CLOSED' });
+    const destroyed = Object.assign(new Error('The client is destroyed'), { code: 'UND_ERR_DESTROYED' });
+    const reset = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    expect(transportError(closed, 'x').code).toBe('CLOSED');
+    expect(transportError(destroyed, 'x').code).toBe('CLOSED');
+    expect(transportError(reset, 'x').code).toBe('TRANSIENT');
+    expect(isRetryable(transportError(closed, 'x'))).toBe(false);
   });
 });

@@ -66,7 +66,7 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     const metrics = new Metrics();
     const c = client(url, metrics);
     const into = Buffer.alloc(OBJECT.length);
-    const got = await c.readRange('o', '1', 0, OBJECT.length, into);
+    const got = await c.readRange({ name: 'o', generation: '1', size: OBJECT.length }, 0, OBJECT.length, into);
     expect(got.equals(OBJECT)).toBe(true);
     expect(ranges.length).toBe(2);
     const resumedFrom = Number(/bytes=(\d+)-/.exec(ranges[1]!)![1]);
@@ -84,7 +84,7 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     const metrics = new Metrics();
     const c = client(url, metrics, 1_000);
     const t0 = performance.now();
-    await expect(c.readRange('o', '1', 0, 1000)).rejects.toThrow(/max-retry-duration 1000 ms/);
+    await expect(c.readRange({ name: 'o', generation: '1', size: 1000 }, 0, 1000)).rejects.toThrow(/max-retry-duration 1000 ms/);
     await expect(c.statObject('o')).rejects.toThrow(/max-retry-duration/);
     const seconds = (performance.now() - t0) / 1000;
     expect(seconds).toBeGreaterThan(1.9);

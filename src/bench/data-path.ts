@@ -98,20 +98,20 @@ export async function dataPathScenario(): Promise<string> {
     await measure(
       'cold sequential read of a 1 GiB object (`cat`)',
       big.size,
-      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big.name, big.generation, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
+      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
       (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
     );
     await measure(
       'the same, without --cache-dir (no block writes to disk)',
       big.size,
-      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big.name, big.generation, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
+      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
       (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
       false,
     );
     await measure(
       '16 parallel readers of 256 files of 1 MiB',
       256 * MIB,
-      () => pool(PARALLEL, smalls.map((o) => (into: Buffer) => client.readRange(o.name, o.generation, 0, o.size, into).then(() => undefined))),
+      () => pool(PARALLEL, smalls.map((o) => (into: Buffer) => client.readRange(o, 0, o.size, into).then(() => undefined))),
       (mnt) =>
         Promise.all(Array.from({ length: 16 }, (_, r) => sh('sh', ['-c', `cat ${Array.from({ length: 16 }, (_, k) => join(mnt, 'small', `c${r * 16 + k}`)).join(' ')} > /dev/null`]))).then(() => undefined),
     );
@@ -119,7 +119,7 @@ export async function dataPathScenario(): Promise<string> {
     await measure(
       '200 random 64 KiB reads of the 1 GiB object, 8 at a time',
       200 * 65536,
-      () => pool(8, offsets.map((o) => (into: Buffer) => client.readRange(big.name, big.generation, o, o + 65536, into).then(() => undefined))),
+      () => pool(8, offsets.map((o) => (into: Buffer) => client.readRange(big, o, o + 65536, into).then(() => undefined))),
       (mnt) =>
         sh('/usr/bin/python3', ['-c', `
 import os

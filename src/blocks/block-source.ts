@@ -182,7 +182,7 @@ export class BlockSource {
     const lease = end - start <= this.blockSize ? this.deps.buffers.lease(end - start) : null;
     try {
       for (let attempt = 1; ; attempt++) {
-        const data = await this.deps.client.readRange(meta.name, meta.generation, start, end, lease?.bytes, priority);
+        const data = await this.deps.client.readRange(meta, start, end, lease?.bytes, priority);
         if (!whole || crc32c(data) === Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0)) return lease ?? unpooled(data);
         this.deps.metrics.inc('object_crc_mismatches');
         this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');

@@ -29,6 +29,7 @@ function errnoForCode(code: GcsErrorCode): number {
     case 'INVALID':
     case 'TRANSIENT':
     case 'CORRUPT':
+    case 'CLOSED':
       return Errno.EIO;
     default: {
       const unreachable: never = code;

@@ -1,7 +1,10 @@
 import { Storage } from '@google-cloud/storage';
 
-/** Returns the headers that authenticate one request (a fresh token when the old one nears expiry). */
-export type AuthHeaders = () => Promise<Record<string, string>>;
+/**
+ * Returns the headers that authenticate one request (a fresh token when the old one nears expiry).
+ * `fresh`: the server refused the current token (401), so fetch a new one whatever its stated expiry.
+ */
+export type AuthHeaders = (opts?: { fresh?: boolean }) => Promise<Record<string, string>>;
 
 export type CredentialSource =
   | { kind: 'none' } // emulator, custom endpoint, or --anonymous-access
@@ -38,9 +41,20 @@ export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessE
         : `no Google credentials found (${detail}); set GOOGLE_APPLICATION_CREDENTIALS, pass --key-file, or use --anonymous-access for a public bucket`;
     throw new CredentialsError(hint);
   }
-  return async () => {
+  return async (opts) => {
     const client = await auth.getClient();
+    if (opts?.fresh) expireCachedToken(client);
     const headers = await client.getRequestHeaders();
     return Object.fromEntries(Object.entries(headers as Record<string, string>));
   };
+}
+
+/**
+ * Makes google-auth-library fetch a new access token on its next use. Its OAuth2 clients (service-account
+ * keys, user credentials, the metadata server) refresh a token once `credentials.expiry_date` has passed;
+ * clients without one (self-signed JWTs) sign a fresh token per audience anyway.
+ */
+function expireCachedToken(client: unknown): void {
+  const credentials = (client as { credentials?: { expiry_date?: number | null } }).credentials;
+  if (credentials) credentials.expiry_date = 1;
 }

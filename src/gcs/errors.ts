@@ -10,7 +10,8 @@ export type GcsErrorCode =
   | 'RANGE' // 416: range past the end of the object
   | 'INVALID' // 400 and other permanent client errors
   | 'TRANSIENT' // 408, 429, 5xx, resets, timeouts, short bodies: worth retrying
-  | 'CORRUPT'; // bytes that fail their checksum
+  | 'CORRUPT' // bytes that fail their checksum, or a response that cannot be the bytes asked for
+  | 'CLOSED'; // the client was closed (the daemon is stopping): not a fault of GCS, never retried
 
 export class GcsError extends Error {
   override readonly name = 'GcsError';

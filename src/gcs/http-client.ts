@@ -1,4 +1,5 @@
-import { Pool } from 'undici';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EnvHttpProxyAgent, Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics, CounterName } from '../observe/metrics.js';
@@ -6,7 +7,7 @@ import type { AdaptiveConcurrency } from './adaptive-concurrency.js';
 import type { AuthHeaders } from './auth.js';
 import type { Endpoint } from './endpoint.js';
 import { GcsError, codeForStatus } from './errors.js';
-import type { BucketMeta, ListPage, ListRequest, ObjectClient, ObjectMeta, ReadPriority } from './object-client.js';
+import type { ListPage, ListRequest, ObjectClient, ObjectMeta, ObjectVersion, ReadPriority } from './object-client.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
 import type { StallTimeout } from './stall-timeout.js';
@@ -33,6 +34,8 @@ export interface HttpClientConfig {
   maxRetryDurationMs?: number;
   log: Logger;
   metrics: Metrics;
+  /** Where HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read (and their lowercase forms); default process.env. */
+  env?: NodeJS.ProcessEnv;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -130,12 +133,51 @@ function retryAfterSeconds(header: string | string[] | undefined): number | null
   return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
 }
 
-/** Network-level failures (resets, refused connections, timeouts) are all worth another attempt. */
-function transportError(err: unknown, what: string): GcsError {
+/** undici's answers to a request on a pool that close() or destroy() has begun to take down. */
+const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED']);
+
+/**
+ * Network-level failures (resets, refused connections, timeouts) are all worth another attempt; a
+ * client that is closed (the daemon is stopping) is not a fault of GCS and is never retried.
+ */
+export function transportError(err: unknown, what: string): GcsError {
   if (err instanceof GcsError) return err;
   const code = (err as { code?: string }).code ?? 'ERR';
   const message = err instanceof Error ? err.message : String(err);
+  if (CLOSED_CODES.has(code)) return new GcsError('CLOSED', `${what}: ${message}`);
   return new GcsError('TRANSIENT', `${what}: ${code} ${message}`);
+}
+
+export interface ProxySettings {
+  httpProxy: string | undefined;
+  httpsProxy: string | undefined;
+  noProxy: string;
+}
+
+/** The proxy variables as curl and undici read them: lowercase first. */
+export function proxySettings(env: NodeJS.ProcessEnv): ProxySettings {
+  const pick = (name: string): string | undefined => (env[name.toLowerCase()] ?? env[name])?.trim() || undefined;
+  return { httpProxy: pick('HTTP_PROXY'), httpsProxy: pick('HTTPS_PROXY'), noProxy: pick('NO_PROXY') ?? '' };
+}
+
+/**
+ * The connection pool to the endpoint, or, when HTTP_PROXY or HTTPS_PROXY is set, undici's
+ * EnvHttpProxyAgent with the same pool options: it tunnels through the proxy (CONNECT) unless NO_PROXY
+ * names the host, and either way keeps one tuned Pool per origin underneath. Its rules are undici's: an
+ * https endpoint uses HTTPS_PROXY, else HTTP_PROXY; loopback is proxied unless NO_PROXY says otherwise.
+ */
+function dispatcherFor(origin: string, options: Pool.Options, proxy: ProxySettings): Dispatcher {
+  if (!proxy.httpProxy && !proxy.httpsProxy) return new Pool(origin, options);
+  return new EnvHttpProxyAgent({ ...options, httpProxy: proxy.httpProxy, httpsProxy: proxy.httpsProxy, noProxy: proxy.noProxy });
+}
+
+/** A proxy URL for the log: user and password left out. */
+function redactedProxy(url: string): string {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return '(unparsable proxy URL)';
+  }
 }
 
 function errorFromStatus(statusCode: number, retryAfter: string | string[] | undefined, bodyText: string, what: string): GcsError {
@@ -160,13 +202,20 @@ const ERROR_BODY_LIMIT = 4096;
 
 export class HttpObjectClient implements ObjectClient {
   readonly bucket: string;
-  private readonly pool: Pool;
+  private readonly pool: Dispatcher;
+  private readonly origin: string;
   private readonly bucketPath: string;
+  /** Set by close(): from then on a failure is the shutdown's doing, never retried or reported as GCS's. */
+  private closing = false;
+  /** Ends the sleeps between attempts when close() is called: a stop does not wait out a backoff. */
+  private readonly stopSleeping = new AbortController();
 
   constructor(private readonly cfg: HttpClientConfig) {
     this.bucket = cfg.bucket;
+    this.origin = cfg.endpoint.origin;
     this.bucketPath = `/storage/v1/b/${encodeURIComponent(cfg.bucket)}`;
-    this.pool = new Pool(cfg.endpoint.origin, {
+    const proxy = proxySettings(cfg.env ?? process.env);
+    this.pool = dispatcherFor(this.origin, {
       // gcsfuse's 0 means no limit; so does undici's null.
       connections: cfg.maxConnections > 0 ? cfg.maxConnections : null,
       pipelining: 1,
@@ -174,15 +223,19 @@ export class HttpObjectClient implements ObjectClient {
       // 0 keeps undici's defaults (300 s without a byte): no connection may hang a reader forever.
       ...(cfg.timeoutMs > 0 ? { headersTimeout: cfg.timeoutMs, bodyTimeout: cfg.timeoutMs } : {}),
       connect: { timeout: cfg.timeoutMs || 30_000 },
-    });
+    }, proxy);
+    if (proxy.httpProxy || proxy.httpsProxy) {
+      cfg.log.debug(
+        { httpProxy: proxy.httpProxy && redactedProxy(proxy.httpProxy), httpsProxy: proxy.httpsProxy && redactedProxy(proxy.httpsProxy), noProxy: proxy.noProxy },
+        'proxy variables set: requests go through the proxy unless NO_PROXY names the endpoint',
+      );
+    }
   }
 
   async close(): Promise<void> {
+    this.closing = true;
+    this.stopSleeping.abort();
     await this.pool.close();
-  }
-
-  async getBucket(): Promise<BucketMeta> {
-    return this.json<BucketMeta>('bucket', `${this.bucketPath}?fields=name`, `bucket ${this.bucket}`);
   }
 
   /**
@@ -213,7 +266,8 @@ export class HttpObjectClient implements ObjectClient {
     return { objects: (raw.items ?? []).map(toMeta), prefixes: raw.prefixes ?? [], nextPageToken: raw.nextPageToken ?? null };
   }
 
-  async readRange(name: string, generation: string, start: number, end: number, into?: Buffer, priority: ReadPriority = URGENT): Promise<Buffer> {
+  async readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority: ReadPriority = URGENT): Promise<Buffer> {
+    const { name, generation } = object;
     const length = end - start;
     if (length <= 0) return Buffer.alloc(0);
     if (into && into.length < length) throw new RangeError(`readRange: ${into.length}-byte buffer for ${length} bytes`);
@@ -223,6 +277,9 @@ export class HttpObjectClient implements ObjectClient {
     // Bytes already in `out`: a cut attempt (stall, reset, short body) is resumed from the next byte, by
     // Range, on the same generation, so what arrived is never fetched twice.
     let done = 0;
+    // Accept-Encoding: gzip turns off GCS's decompressive transcoding, which would send a gzip-encoded
+    // object decompressed, whole, with Range ignored. Its stored bytes are served, as gcsfuse does
+    // (ReadCompressed): the file's size is the stored size. The dispatch API never decompresses.
     return this.withRetry('media', what, priority, async (headers, limits) => {
       if (done > 0) {
         this.cfg.metrics.inc('gcs_resumed_reads');
@@ -230,7 +287,7 @@ export class HttpObjectClient implements ObjectClient {
       }
       const got = { bytes: 0 };
       try {
-        await this.receiveRange(path, { ...headers, range: `bytes=${start + done}-${end - 1}` }, start + done, out.subarray(done), what, limits, got);
+        await this.receiveRange(path, { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' }, start + done, object.size, out.subarray(done), what, limits, got);
       } finally {
         done += got.bytes;
         this.cfg.metrics.inc('gcs_media_bytes', got.bytes);
@@ -245,7 +302,7 @@ export class HttpObjectClient implements ObjectClient {
    * undici's dispatch API rather than `request()`: a readable stream and its events per 64 KiB chunk were
    * a measured share of the CPU that a cold sequential read costs.
    */
-  private receiveRange(path: string, headers: Record<string, string>, start: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
+  private receiveRange(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
     const stall = this.cfg.stall;
     return new Promise((resolve, reject) => {
       let status = 0;
@@ -255,6 +312,7 @@ export class HttpObjectClient implements ObjectClient {
       let skip = 0;
       let seen = 0;
       let settled = false;
+      /** Why the body must not be used (another range, or not the object's bytes); its bytes are dropped. */
       let wrongRange: string | null = null;
       let controller: Dispatcher.DispatchController | null = null;
       let cutBy: Error | null = null;
@@ -288,7 +346,7 @@ export class HttpObjectClient implements ObjectClient {
         else resolve();
       };
       this.pool.dispatch(
-        { method: 'GET', path, headers },
+        { origin: this.origin, method: 'GET', path, headers },
         {
           onRequestStart: (c) => {
             controller = c;
@@ -304,12 +362,24 @@ export class HttpObjectClient implements ObjectClient {
               // Bytes of another range would be served as ours: the one check a 206 body cannot make itself.
               const sent = String(resHeaders['content-range'] ?? '');
               const m = /^bytes (\d+)-(\d+)\//.exec(sent);
-              if (!m || Number(m[1]) !== start || Number(m[2]) !== start + out.length - 1) wrongRange = sent || '(none)';
+              if (!m || Number(m[1]) !== start || Number(m[2]) !== start + out.length - 1) wrongRange = `Content-Range ${sent || '(none)'}`;
+            } else if (statusCode === 200) {
+              // A 200 is usable only as the whole object, to skip into: a body of any other length (a
+              // transcoded one is chunked, with none) is other bytes, whatever their offsets say.
+              const sent = resHeaders['content-length'];
+              if (sent === undefined || Number(sent) !== objectSize) {
+                wrongRange = `a 200 of ${sent === undefined ? 'unknown length' : `${String(sent)} bytes`} for a ${objectSize}-byte object (range ignored, e.g. decompressive transcoding)`;
+              }
             }
           },
           onResponseData: (controller, chunk) => {
             progressed();
-            if (wrongRange !== null) return;
+            if (wrongRange !== null) {
+              // Nothing of it is wanted: end it now rather than download a whole object for nothing.
+              settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
+              controller.abort(new Error('response refused'));
+              return;
+            }
             if (!ranged()) {
               if (errorText.length < ERROR_BODY_LIMIT) errorText += chunk.toString('utf8');
               return;
@@ -327,11 +397,14 @@ export class HttpObjectClient implements ObjectClient {
             }
           },
           onResponseEnd: () => {
-            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent Content-Range ${wrongRange}`));
+            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
             else settle(ranged() ? null : errorFromStatus(status, retryAfter, errorText, what));
           },
           // A connection that breaks after the last byte has still delivered the range.
-          onResponseError: (_controller, err) => settle(ranged() && wrongRange === null && got.bytes === out.length ? null : err),
+          onResponseError: (_controller, err) => {
+            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
+            else settle(ranged() && got.bytes === out.length ? null : err);
+          },
         },
       );
     });
@@ -357,7 +430,7 @@ export class HttpObjectClient implements ObjectClient {
         abort.abort(err);
       });
       try {
-        const res = await this.pool.request({ method: 'GET', path, headers, signal: abort.signal });
+        const res = await this.pool.request({ origin: this.origin, method: 'GET', path, headers, signal: abort.signal });
         this.cfg.stall?.observe(performance.now() - sentAt);
         if (res.statusCode !== 200) throw await errorFromResponse(res, what);
         return (await res.body.json()) as T;
@@ -380,6 +453,8 @@ export class HttpObjectClient implements ObjectClient {
     let deadlineAt = Number.POSITIVE_INFINITY;
     let lastStatus: number | null = null;
     let stalls = 0;
+    let tokenRefreshed = false;
+    let refreshToken = false;
     for (let attempt = 1; ; attempt++) {
       const grant: RateGrant | null = rate ? await rate.acquire(priority) : null;
       if (grant && grant.waitedMs > 0) {
@@ -391,14 +466,22 @@ export class HttpObjectClient implements ObjectClient {
       await concurrency.acquire();
       metrics.inc(KIND_COUNTER[kind]);
       try {
-        const headers = this.cfg.auth ? await this.cfg.auth() : {};
+        const headers = this.cfg.auth ? await this.cfg.auth({ fresh: refreshToken }) : {};
+        refreshToken = false;
         const stallMs = this.cfg.stall ? this.cfg.stall.forRetry(stalls) : Number.POSITIVE_INFINITY;
         const result = await attemptOnce(headers, { stallMs, deadlineAt });
         concurrency.release('ok');
         if (grant) rate!.succeeded(grant);
         return result;
       } catch (raw) {
-        const err = transportError(raw, what);
+        const caught = transportError(raw, what);
+        // A connection that breaks once close() has begun breaks because of it (an HTTP answer stands).
+        const err = this.closing && !(raw instanceof GcsError) && caught.code !== 'CLOSED' ? new GcsError('CLOSED', `${what}: client closed (${caught.message})`) : caught;
+        if (err.code === 'CLOSED') {
+          concurrency.release('failed');
+          log.debug({ kind, what }, 'GCS request abandoned: the client is closing');
+          throw err;
+        }
         if (err.status !== null) lastStatus = err.status;
         const throttled = err.status === 429;
         // With a rate limiter, a 429 cuts the rate; the concurrency limit is only a cap then.
@@ -411,6 +494,16 @@ export class HttpObjectClient implements ObjectClient {
           else if (err.status !== null && err.status < 500) rate!.succeeded(grant);
         }
         if (throttled) metrics.inc('gcs_throttled');
+        // A token can expire or be revoked before its stated expiry: one more try with a fresh one
+        // (as Google's client libraries do), at once and outside the retry budget.
+        if (err.code === 'UNAUTHENTICATED' && this.cfg.auth && !tokenRefreshed) {
+          tokenRefreshed = true;
+          refreshToken = true;
+          attempt--;
+          metrics.inc('gcs_retries');
+          log.info({ kind, what, status: err.status }, `GCS retry with a fresh token after ${err.message}`);
+          continue;
+        }
         const policy = retryDelay(retry, attempt, err);
         // A stalled response is cut to be resumed now: the server is not overloaded, one connection is stuck.
         if (err instanceof StalledError) stalls++;
@@ -435,7 +528,8 @@ export class HttpObjectClient implements ObjectClient {
         metrics.inc('gcs_retries');
         // Every retry is logged with its object, range and attempt, so `grep 429` on the log finds them.
         log.info({ kind, what, attempt, status: err.status, delayMs: Math.round(delay) }, `GCS retry after ${err.message}`);
-        await new Promise((r) => setTimeout(r, delay));
+        await sleep(delay, undefined, { signal: this.stopSleeping.signal }).catch(() => undefined);
+        if (this.closing) throw new GcsError('CLOSED', `${what}: client closed while waiting to retry`);
       }
     }
   }

@@ -14,6 +14,9 @@ export interface ObjectMeta {
   crc32c: string | null;
 }
 
+/** One generation of an object, as much as a download needs: its size tells a whole-object answer. */
+export type ObjectVersion = Pick<ObjectMeta, 'name' | 'generation' | 'size'>;
+
 export interface ListRequest {
   prefix: string;
   delimiter?: string;
@@ -32,21 +35,22 @@ export interface ReadPriority {
   priority: 'urgent' | 'background';
 }
 
-export interface BucketMeta {
-  name: string;
-}
-
 export interface ObjectClient {
   readonly bucket: string;
-  getBucket(): Promise<BucketMeta>;
+  /**
+   * Resolves if the bucket exists and these credentials may list its objects; rejects with NOT_FOUND,
+   * FORBIDDEN or UNAUTHENTICATED otherwise. The start-up check: it needs objects.list only.
+   */
+  probeBucket(): Promise<void>;
   /** Object metadata, or null when no such object exists. */
   statObject(name: string): Promise<ObjectMeta | null>;
   list(req: ListRequest): Promise<ListPage>;
   /**
-   * Bytes [start, end) of one generation of an object. Resolves with exactly end - start bytes or
-   * rejects; a short body is an error, never a short result. With `into` (at least end - start bytes),
-   * the bytes land there and the result is a view of it; a failed attempt may leave partial bytes in it.
-   * `priority` (default urgent) orders the read among requests waiting for the rate limit.
+   * Bytes [start, end) of one generation of an object, as stored (a gzip-encoded object is not
+   * decompressed). Resolves with exactly end - start bytes or rejects; a short body is an error, never
+   * a short result. With `into` (at least end - start bytes), the bytes land there and the result is a
+   * view of it; a failed attempt may leave partial bytes in it. `priority` (default urgent) orders the
+   * read among requests waiting for the rate limit.
    */
-  readRange(name: string, generation: string, start: number, end: number, into?: Buffer, priority?: ReadPriority): Promise<Buffer>;
+  readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority?: ReadPriority): Promise<Buffer>;
 }

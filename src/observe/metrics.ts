@@ -3,7 +3,7 @@
  * Prometheus read snapshots of it. Counting is an object-property increment: cheap when nobody looks.
  */
 export const COUNTERS = {
-  gcs_requests_bucket: 'GCS bucket metadata requests',
+  gcs_requests_bucket: 'GCS bucket checks at start-up (objects.list of one item)',
   gcs_requests_list: 'GCS objects.list requests',
   gcs_requests_metadata: 'GCS object metadata requests',
   gcs_requests_media: 'GCS media (data) requests',

@@ -86,6 +86,8 @@ export interface MountRequest {
   /** Keep the daemon as our child (to SIGKILL it), instead of letting it daemonise. */
   foreground?: boolean;
   mountPoint?: string;
+  /** Added to the daemon's environment (e.g. HTTP_PROXY). */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Mounts through the real CLI against the emulator and waits until the mount answers. */
@@ -95,11 +97,11 @@ export async function mount(req: MountRequest): Promise<Mounted> {
   const args = [req.tb.bucket, path, '--custom-endpoint', req.tb.emulator.url, '--log-file', logFile, '--log-severity', 'debug', ...(req.args ?? [])];
   liveMounts.add(path);
   if (!req.foreground) {
-    const r = await run(GCSMOUNT, args, { env: daemonEnv() });
+    const r = await run(GCSMOUNT, args, { env: daemonEnv(req.env) });
     if (r.code !== 0) throw new Error(`gcsmount failed (${r.code}): ${r.stderr}`);
     return { path, daemon: null, logFile };
   }
-  const daemon = spawn(GCSMOUNT, [...args, '--foreground'], { env: daemonEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+  const daemon = spawn(GCSMOUNT, [...args, '--foreground'], { env: daemonEnv(req.env), stdio: ['ignore', 'ignore', 'pipe'] });
   liveDaemons.add(daemon);
   let stderr = '';
   daemon.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));

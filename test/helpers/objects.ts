@@ -1,9 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { TestBucket } from './harness.js';
 
-/** Uploads through the emulator's JSON API: the only way to create names a file system cannot hold. */
-export async function upload(tb: TestBucket, name: string, content: Buffer | string = ''): Promise<void> {
-  const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}`;
+/**
+ * Uploads through the emulator's JSON API: the only way to create names a file system cannot hold, or
+ * objects with metadata (a Content-Encoding).
+ */
+export async function upload(tb: TestBucket, name: string, content: Buffer | string = '', opts: { contentEncoding?: string } = {}): Promise<void> {
+  const encoding = opts.contentEncoding ? `&contentEncoding=${encodeURIComponent(opts.contentEncoding)}` : '';
+  const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}${encoding}`;
   const res = await fetch(url, { method: 'POST', body: typeof content === 'string' ? content : new Uint8Array(content), headers: { 'content-type': 'application/octet-stream' } });
   if (!res.ok) throw new Error(`upload ${name}: ${res.status} ${await res.text()}`);
 }
