@@ -11,6 +11,9 @@ import { benchBucket, cleanup, mountBench, sh, type BenchBucket } from './harnes
  *  (b) gcsmount with a fresh --cache-dir: cold, warm (same mount), and after a remount on that cache;
  *  (c) rclone mount (--vfs-cache-mode full) over the same emulator: cold, warm, and after a remount.
  * Times are python's own, of open + load (interpreter start and imports excluded).
+ * Then cross-file prefetch (issue 13), cold rounds only, at 30 ms and the same bandwidth, with dask's
+ * default threads and with 16: the local copy, gcsmount with prefetch on (its default) and off
+ * (`--prefetch-max-files-ahead 0`), and rclone, each on a fresh mount and a fresh cache dir.
  */
 
 const PY = '/usr/bin/python3';
@@ -20,6 +23,10 @@ const STORE = 'consolidated.zarr';
 const LATENCY_MS = 50;
 /** Per response body, as one GCS connection might get; parallel requests each get this much. */
 const BANDWIDTH = 50_000_000;
+/** The prefetch rounds' latency: issue 13's setting (30 ms to first byte). */
+const PREFETCH_LATENCY_MS = 30;
+/** dask's default threaded scheduler (one thread per core), then as many threads as a loader would use. */
+const DASK_THREADS = [0, 16] as const;
 
 /**
  * rclone's best read settings we found for this job (many processes reading 1-8 MiB chunk files once):
@@ -41,6 +48,8 @@ const RCLONE_FLAGS = ['--read-only', '--vfs-cache-mode', 'full', '--vfs-cache-ma
 interface Measured {
   reader: string;
   round: string;
+  /** dask threads (0 = dask's default). */
+  threads: number;
   seconds: number;
   media: number;
   list: number;
@@ -74,14 +83,14 @@ export async function zarrScenario(): Promise<string> {
     await listAll(b); // the emulator hashes each object once, on first listing: not inside any measured round
     b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
-    const measure = async (reader: string, round: string, root: string): Promise<void> => {
+    const measure = async (reader: string, round: string, root: string, threads = 0): Promise<void> => {
       b.emulator.resetStats();
-      const r = await sh(PY, [join(FIXTURES, 'read_zarr.py'), root, '--stores', 'consolidated']);
+      const r = await sh(PY, [join(FIXTURES, 'read_zarr.py'), root, '--stores', 'consolidated', '--dask-threads', String(threads)]);
       if (r.code !== 0) throw new Error(`read_zarr.py ${root}: ${r.stdout}${r.stderr}`);
       const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { open_seconds: number; load_seconds: number };
       const s = b.emulator.stats();
-      rows.push({ reader, round, seconds: out.open_seconds + out.load_seconds, media: s.requests.media, list: s.requests.list, metadata: s.requests.metadata, mediaBytes: s.mediaBytes });
-      process.stderr.write(`zarr bench: ${reader}, ${round}: ${(out.open_seconds + out.load_seconds).toFixed(1)} s\n`);
+      rows.push({ reader, round, threads, seconds: out.open_seconds + out.load_seconds, media: s.requests.media, list: s.requests.list, metadata: s.requests.metadata, mediaBytes: s.mediaBytes });
+      process.stderr.write(`zarr bench: ${reader}, ${round}, dask threads ${threads || 'default'}: ${(out.open_seconds + out.load_seconds).toFixed(1)} s\n`);
     };
 
     await dropFromPageCache(local);
@@ -112,8 +121,29 @@ export async function zarrScenario(): Promise<string> {
     await measure('rclone mount', 'after remount (same --cache-dir)', join(rc.path, PREFIX));
     await rc.unmount();
 
+    const firstRows = rows.length;
+    b.emulator.setKnobs({ latencyMs: PREFETCH_LATENCY_MS });
+    for (const threads of DASK_THREADS) {
+      await dropFromPageCache(local);
+      await measure('local copy', 'cold (its pages dropped)', local, threads);
+      for (const [label, args] of [['gcsmount, prefetch on (defaults)', []], ['gcsmount, --prefetch-max-files-ahead 0', ['--prefetch-max-files-ahead', '0']]] as const) {
+        const cacheDir = await fsp.mkdtemp(join(b.dir, 'gcsmount-cache-'));
+        const m = track(await remount(b, ['--cache-dir', cacheDir, ...args]));
+        await measure(label, 'cold (empty --cache-dir)', join(m.path, PREFIX), threads);
+        await m.unmount();
+        await fsp.rm(cacheDir, { recursive: true, force: true });
+      }
+      const rcloneCold = await fsp.mkdtemp(join(b.dir, 'rclone-cache-'));
+      const rc = track(await rcloneMount(b, rcloneCold));
+      await measure('rclone mount', 'cold (empty --cache-dir)', join(rc.path, PREFIX), threads);
+      await rc.unmount();
+      await fsp.rm(rcloneCold, { recursive: true, force: true });
+    }
+    const prefetchRows = rows.splice(firstRows);
+
     const baseline = rows[0]!.seconds;
     const mb = Number(storeBytes) / 1e6;
+    const rcloneAt = (threads: number) => prefetchRows.find((r) => r.reader === 'rclone mount' && r.threads === threads)!.seconds;
     return [
       `Store: ${STORE}, ${mb.toFixed(0)} MB on disk in ${chunkFiles} chunk files (1 MiB and 8 MiB chunks before compression, ` +
         `Blosc and Zlib, float32 and int16); emulator at ${LATENCY_MS} ms latency and ${BANDWIDTH / 1e6} MB/s per response. ` +
@@ -129,6 +159,19 @@ export async function zarrScenario(): Promise<string> {
       '',
       `gcsmount: \`gcsmount ${b.bucket} DIR --cache-dir DIR\`, and with \`${GCSMOUNT_SETTINGS.hour.args.join(' ')}\`; ` +
         `rclone: \`rclone mount REMOTE:${b.bucket} DIR ${RCLONE_FLAGS.join(' ')} --cache-dir DIR\` (rclone ${await rcloneVersion()}).`,
+      '',
+      `Cross-file prefetch: cold rounds at ${PREFETCH_LATENCY_MS} ms and ${BANDWIDTH / 1e6} MB/s per response, each on a fresh mount and cache dir ` +
+        `(issue 13's goals: <= 0.33x rclone with dask's default threads, <= 0.5x with 16).`,
+      '',
+      '| reader | dask threads | open + load | vs rclone | vs local cold | GCS media requests | list + metadata requests | MB from GCS |',
+      '|---|---|---|---|---|---|---|---|',
+      ...prefetchRows.map((r) => {
+        const local = prefetchRows.find((l) => l.reader === 'local copy' && l.threads === r.threads)!.seconds;
+        return (
+          `| ${r.reader} | ${r.threads || 'default'} | ${r.seconds.toFixed(1)} s | ${(r.seconds / rcloneAt(r.threads)).toFixed(2)}x | ${(r.seconds / local).toFixed(2)}x | ` +
+          `${r.media} | ${r.list} + ${r.metadata} | ${(r.mediaBytes / 1e6).toFixed(0)} |`
+        );
+      }),
     ].join('\n');
   } finally {
     for (const mounted of live) await mounted.unmount().catch(() => undefined);
