@@ -122,6 +122,19 @@ describe('request rate: AIMD', () => {
     await clock.advance(2_000);
   });
 
+  it('slow-starts no further than twice what its readers use', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null);
+    // Readers that ask for 10 tokens at once, every second: requests wait, but 10/s is all they use.
+    for (let s = 0; s < 8; s++) {
+      for (let i = 0; i < 10; i++) void r.acquire().then((g) => r.succeeded(g));
+      await clock.advance(1000);
+    }
+    expect(r.rate).toBeGreaterThanOrEqual(8);
+    expect(r.rate).toBeLessThanOrEqual(2 * 40); // the most a step can have seen: 10 tokens in 250 ms
+  });
+
   it('then cuts to a fraction of its own rate once per overload, and adds the same step each saturated second', async () => {
     const clock = new FakeClock();
     const r = limiter(clock, { initial: 1000 });

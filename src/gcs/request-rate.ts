@@ -5,7 +5,8 @@
  * already 33 requests/s; several daemons sharing a bucket capped at a few dozen requests/s need a rate.
  * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min`, and it
  * slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
- * for tokens, until the next 429 halves the rate that request was granted at. From then on it grows by
+ * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate that
+ * request was granted at. From then on it grows by
  * `increasePerSecond` every second in which requests waited for tokens and none was throttled, and a
  * 429 cuts it to `decreaseFactor` times its own rate. K daemons doing this on one bucket converge to
  * about 1/K each: every cut shrinks a daemon's rate by the same fraction, every increase adds the same
@@ -93,6 +94,8 @@ const WINDOW_SLOT_MS = 100;
 const WINDOW_SLOTS = 10;
 /** A cut starts from at most this many times the rate GCS accepted over the last full second. */
 const UNUSED_RATE_FACTOR = 3;
+/** Grants a slow-start step must allow before what was used in it can gate the next step. */
+const MEASURABLE_GRANTS = 4;
 /** Saturated seconds without a 429 before the increase starts doubling. */
 const CALM_SECONDS = 5;
 /** The step grows to at most 2^this times the additive step: a daemon that misses the 429s of an overload must not run away. */
@@ -126,8 +129,9 @@ export class RequestRate {
   private established = false;
   /** After the first overload: the rate doubles while saturated, until the next 429. */
   private slowStarting = false;
-  /** The wall-clock step the slow start last grew at. */
+  /** The wall-clock step the slow start last grew at, and the grants since. */
   private slowStartStep = 0;
+  private stepGrants = 0;
 
   // Counters for stats.
   grants = 0;
@@ -209,6 +213,7 @@ export class RequestRate {
       this.established = true;
       this.slowStarting = true;
       this.slowStartStep = this.currentStep();
+      this.stepGrants = 0;
     } else if (this.slowStarting) {
       // Doubling overshoots by up to one doubling: back to half the rate this overload was sent at.
       this.rateValue = Math.max(this.cfg.min, this.cfg.slowStartDecreaseFactor * Math.min(grant.rate, this.rate));
@@ -246,6 +251,7 @@ export class RequestRate {
 
   private granted(t: number): void {
     this.grants++;
+    this.stepGrants++;
     if (t - this.lastGrantAt > WINDOW_SLOT_MS * WINDOW_SLOTS) this.activeSince = t;
     this.lastGrantAt = t;
   }
@@ -277,8 +283,17 @@ export class RequestRate {
       if (step <= this.slowStartStep) return;
       if (this.growSince !== null) {
         this.refill();
-        this.rateValue = Math.min(this.ceiling(), this.rate * this.cfg.slowStartGrowth ** (step - this.slowStartStep));
+        // A step is earned by using the rate: no more than `slowStartGrowth` times what was granted in
+        // the steps since the last (readers slower than the rate would otherwise let it double to
+        // nonsense, and the 429 that ends the slow start would halve nonsense).
+        // Below a few tokens per step the count says nothing, and waiting is enough.
+        const ms = (step - this.slowStartStep) * this.cfg.slowStartStepMs;
+        const used = (this.stepGrants * 1000) / ms;
+        const full = this.rate * this.cfg.slowStartGrowth ** (step - this.slowStartStep);
+        const grown = (this.rate * ms) / 1000 < MEASURABLE_GRANTS ? full : Math.min(full, Math.max(this.rate, this.cfg.slowStartGrowth * used));
+        this.rateValue = Math.min(this.ceiling(), grown);
       }
+      this.stepGrants = 0;
       this.slowStartStep = step;
       this.growSince = this.waiters.length > 0 ? t : null;
       return;
