@@ -47,6 +47,20 @@ describe('prefetch of files not yet opened', () => {
     for (let i = 0; i < 20; i++) for (let j = 0; j < 20; j++) objects[`big/${i}.${j}`] = bytesOf(`big${i}.${j}`, 16 * 1024);
     // A WebDataset-style file series.
     for (let i = 0; i < 12; i++) objects[`shards/shard-${String(i).padStart(6, '0')}.tar`] = bytesOf(`shard${i}`, 100 * 1024);
+    // A consolidated v2 store (what xarray's to_zarr writes): a group, a nested group, .zmetadata at the
+    // root naming both arrays; their .zarray files exist too, as in every consolidated store.
+    const consA = { zarr_format: 2, shape: [1, 8], chunks: [1, 1], dtype: '<f8' };
+    const consB = { zarr_format: 2, shape: [8], chunks: [1], dtype: '<f8' };
+    objects['cons/.zgroup'] = JSON.stringify({ zarr_format: 2 });
+    objects['cons/inner/.zgroup'] = JSON.stringify({ zarr_format: 2 });
+    objects['cons/.zmetadata'] = JSON.stringify({
+      zarr_consolidated_format: 1,
+      metadata: { '.zgroup': { zarr_format: 2 }, 'a/.zarray': consA, 'inner/.zgroup': { zarr_format: 2 }, 'inner/b/.zarray': consB },
+    });
+    objects['cons/a/.zarray'] = JSON.stringify(consA);
+    objects['cons/inner/b/.zarray'] = JSON.stringify(consB);
+    for (let j = 0; j < 8; j++) objects[`cons/a/0.${j}`] = bytesOf(`consa${j}`);
+    for (let j = 0; j < 8; j++) objects[`cons/inner/b/${j}`] = bytesOf(`consb${j}`);
     // For the replaced-object test.
     objects['swap/.zarray'] = JSON.stringify({ zarr_format: 2, shape: [1, 8], chunks: [1, 1] });
     for (let j = 0; j < 8; j++) objects[`swap/0.${j}`] = bytesOf(`swap-old${j}`);
@@ -101,6 +115,24 @@ describe('prefetch of files not yet opened', () => {
     await eventually(async () => mediaOf('slash/0/3').length === 1 && mediaOf('slash/1/0').length === 1);
     await catInOrder(['v3/zarr.json', 'v3/c/0/0', 'v3/c/0/1', 'v3/c/0/2'].map((k) => join(m.path, k)));
     await eventually(async () => mediaOf('v3/c/0/3').length === 1 && mediaOf('v3/c/0/4').length === 1);
+    await unmount(m.path);
+  });
+
+  it('takes array layouts from a consolidated store\'s .zmetadata: no GET of any .zarray', { timeout: 60_000 }, async () => {
+    // With a disk cache the .zmetadata the reader read is where the prefetcher finds it (without one,
+    // the prefetcher reads it once more: one GET per store instead of one per array).
+    const m = await mount({ tb, args: ['--cache-dir', await tempDir('pf-cons')] });
+    tb.emulator.resetStats();
+    // xarray.open_zarr reads the root's .zmetadata once, then only chunks.
+    await catInOrder(['cons/.zmetadata', 'cons/a/0.0', 'cons/a/0.1', 'cons/a/0.2'].map((k) => join(m.path, k)));
+    await eventually(async () => mediaOf('cons/a/0.3').length === 1 && mediaOf('cons/a/0.4').length === 1);
+    await catInOrder(['cons/inner/b/0', 'cons/inner/b/1', 'cons/inner/b/2'].map((k) => join(m.path, k)));
+    await eventually(async () => mediaOf('cons/inner/b/3').length === 1 && mediaOf('cons/inner/b/4').length === 1);
+    expect(mediaOf('cons/.zmetadata').length).toBe(1);
+    expect(anyOf('cons/a/.zarray')).toEqual([]);
+    expect(anyOf('cons/inner/b/.zarray')).toEqual([]);
+    const stats = await run(join(process.cwd(), 'bin/gcsmount'), ['stats', m.path, '--json']);
+    expect((JSON.parse(stats.stdout) as { counters: Record<string, number> }).counters.prefetch_consolidated_layouts).toBe(2);
     await unmount(m.path);
   });
 

@@ -29,6 +29,15 @@ class FakeClock {
   }
 }
 
+/** A token, moving the clock until it is granted. */
+async function granted(r: RequestRate, clock: FakeClock): Promise<RateGrant> {
+  let g: RateGrant | null = null;
+  void r.acquire().then((x) => (g = x));
+  await Promise.resolve();
+  while (!g) await clock.advance(1);
+  return g;
+}
+
 function limiter(clock: FakeClock, over: Partial<RequestRateConfig> = {}): RequestRate {
   return new RequestRate({ ...DEFAULT_REQUEST_RATE, initial: 100, max: Number.POSITIVE_INFINITY, now: clock.now, schedule: clock.schedule, ...over });
 }
@@ -79,58 +88,110 @@ describe('request rate: token bucket', () => {
 });
 
 describe('request rate: AIMD', () => {
-  it('cuts once per overload, to a fraction of what was accepted, and grows back while saturated', async () => {
+  it('restarts from the floor at the first 429 and slow-starts on wall-clock steps until the next', async () => {
     const clock = new FakeClock();
+    clock.t = 1_010; // not on a step: the steps fall on multiples of the wall clock, not on the cut
     const r = limiter(clock, { initial: 1000 });
-    // One second at 50 accepted requests/s, far below the nominal 1000.
+    // A burst that went through, then the first 429: no measure of it survives (it was luck).
     const grants: RateGrant[] = [];
-    for (let i = 0; i < 50; i++) {
-      const g = await r.acquire();
-      r.succeeded(g);
-      grants.push(g);
-      await clock.advance(20);
-    }
-    const late = await r.acquire();
-    expect(r.throttled(grants[49]!, null)).toBe(true);
-    expect(r.rate).toBeCloseTo(DEFAULT_REQUEST_RATE.decreaseFactor * 50, 0);
-    // The same overload answering late does not cut again.
-    expect(r.throttled(late, null)).toBe(false);
-    expect(r.cuts).toBe(1);
-    const cut = r.rate;
-    // Saturated (always someone waiting) and never throttled: one step per second, then doubling steps.
+    for (let i = 0; i < 20; i++) grants.push(await r.acquire());
+    for (const g of grants.slice(0, 19)) r.succeeded(g);
+    expect(r.throttled(grants[19]!, null)).toBe(true);
+    expect(r.rate).toBe(DEFAULT_REQUEST_RATE.min);
+    // Saturated: doubles at 1250, 1500, 1750, 2000 ms of the clock.
     let stop = false;
     const pump = async () => {
-      while (!stop) r.succeeded(await r.acquire());
+      while (!stop) {
+        const g = await r.acquire();
+        if (!stop) r.succeeded(g);
+      }
+    };
+    void pump();
+    void pump();
+    await clock.advance(230); // t = 1240: no step yet
+    expect(r.rate).toBe(1);
+    await clock.advance(770); // t = 2010: four steps
+    expect(r.rate).toBe(16);
+    // The 429 that ends it halves the rate its token was granted at; a late one of the same overload does not cut.
+    const over = await granted(r, clock);
+    const late = await granted(r, clock);
+    expect(r.throttled(over, null)).toBe(true);
+    expect(r.rate).toBe(8);
+    expect(r.throttled(late, null)).toBe(false);
+    stop = true;
+    await clock.advance(2_000);
+  });
+
+  it('slow-starts no further than twice what its readers use', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null);
+    // Readers that ask for 10 tokens at once, every second: requests wait, but 10/s is all they use.
+    for (let s = 0; s < 8; s++) {
+      for (let i = 0; i < 10; i++) void r.acquire().then((g) => r.succeeded(g));
+      await clock.advance(1000);
+    }
+    expect(r.rate).toBeGreaterThanOrEqual(8);
+    expect(r.rate).toBeLessThanOrEqual(2 * 40); // the most a step can have seen: 10 tokens in 250 ms
+  });
+
+  it('then cuts to a fraction of its own rate once per overload, and adds the same step each saturated second', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null); // the start: to the floor
+    const ending = await granted(r, clock);
+    r.throttled(ending, null); // the end of the slow start: half the rate it was granted at
+    expect(r.rate).toBe(ending.rate / 2);
+    const start = r.rate;
+    let stop = false;
+    const pump = async () => {
+      while (!stop) {
+        const g = await r.acquire();
+        if (!stop) r.succeeded(g);
+      }
     };
     void pump();
     void pump();
     const step = DEFAULT_REQUEST_RATE.increasePerSecond;
     await clock.advance(5_000);
+    expect(r.rate).toBeGreaterThanOrEqual(start + 4 * step);
+    expect(r.rate).toBeLessThanOrEqual(start + 5 * step);
+    // A 429: x0.9 of its own rate, whatever the last second accepted; the same overload answering late does not cut again.
+    const a = await granted(r, clock);
+    const b = await granted(r, clock);
+    const before = r.rate;
+    expect(r.throttled(a, null)).toBe(true);
+    expect(r.rate).toBeCloseTo(DEFAULT_REQUEST_RATE.decreaseFactor * before, 5);
+    expect(r.throttled(b, null)).toBe(false);
+    const cut = r.rate;
+    await clock.advance(5_000);
     expect(r.rate).toBeGreaterThanOrEqual(cut + 4 * step);
     expect(r.rate).toBeLessThanOrEqual(cut + 5 * step);
     const additive = r.rate;
-    await clock.advance(4_000);
     // Four more calm seconds: the steps double up to 4 (the capacity has freed up; find it faster).
+    await clock.advance(4_000);
     expect(r.rate).toBeGreaterThanOrEqual(additive + 8 * step);
     expect(r.rate).toBeLessThanOrEqual(additive + 16 * step);
     stop = true;
     await clock.advance(1_000);
   });
 
-  it('measures the accepted rate from when requests started, after a quiet spell', async () => {
+  it('cuts a rate far above what was sent for a whole second from three times what was accepted', async () => {
     const clock = new FakeClock();
     const r = limiter(clock, { initial: 1000 });
-    await clock.advance(5000); // mounted, idle
+    r.throttled(await granted(r, clock), null);
+    r.throttled(await granted(r, clock), null);
+    // Grown to 200/s long ago, now used at 20/s (readers slower than the rate) for two seconds.
+    (r as unknown as { rateValue: number }).rateValue = 200;
     let g!: RateGrant;
-    // 40 requests in 200 ms (200/s), then a 429.
     for (let i = 0; i < 40; i++) {
-      g = await r.acquire();
+      g = await granted(r, clock);
       r.succeeded(g);
-      await clock.advance(5);
+      await clock.advance(50);
     }
     r.throttled(g, null);
-    expect(r.rate).toBeGreaterThan(DEFAULT_REQUEST_RATE.decreaseFactor * 180);
-    expect(r.rate).toBeLessThan(DEFAULT_REQUEST_RATE.decreaseFactor * 220);
+    expect(r.rate).toBeGreaterThan(DEFAULT_REQUEST_RATE.decreaseFactor * 3 * 18);
+    expect(r.rate).toBeLessThan(DEFAULT_REQUEST_RATE.decreaseFactor * 3 * 22);
   });
 
   it('does not grow while nobody waits for tokens', async () => {

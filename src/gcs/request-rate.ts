@@ -3,13 +3,23 @@
  *
  * A concurrency limit cannot go below one request in flight, and one request in flight at 30 ms is
  * already 33 requests/s; several daemons sharing a bucket capped at a few dozen requests/s need a rate.
- * The rate is AIMD: it grows by a fixed `increasePerSecond` every second in which requests waited for
- * tokens and none was throttled, and on a 429 it is cut to `decreaseFactor` times the rate GCS actually
- * accepted over the last second (not the nominal rate, which may be far above anything ever sent).
- * K daemons doing this on one bucket converge to about 1/K each: every cut shrinks the differences
- * between them by the factor, every increase adds the same amount to each (Chiu and Jain's argument for
- * TCP). A cut counts once per overload: a 429 on a request granted before the last cut is the same
- * overload answering late.
+ * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min`, and it
+ * slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
+ * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate that
+ * request was granted at. From then on it grows by
+ * `increasePerSecond` every second in which requests waited for tokens and none was throttled, and a
+ * 429 cuts it to `decreaseFactor` times its own rate. K daemons doing this on one bucket converge to
+ * about 1/K each: every cut shrinks a daemon's rate by the same fraction, every increase adds the same
+ * amount to each (Chiu and Jain's argument for TCP). A cut counts once per overload: a 429 on a request
+ * granted before the last cut is the same overload answering late.
+ *
+ * What keeps the shares equal over a short job (measured with the project's emulator: three daemons,
+ * one 60/s bucket, 15 s): nothing of the start survives (the first cut does not use the few requests
+ * a fraction of a second gave, which is luck; daemons on other machines slow-start on the same
+ * wall-clock steps, so they hold the same rate until the slow start ends); cuts are from the daemon's
+ * own rate, not from what GCS accepted (a daemon whose readers were backing off after 429s had
+ * accepted less and was cut deeper each time); and the steps are small (x0.9, +1.5/s), since each 429
+ * reaches one daemon, chosen by chance, and large steps let that chance decide the shares.
  *
  * The rate never exceeds the ceiling, which follows GCS's request-rate guidelines (a bucket starts at
  * about 5,000 reads/s and should be ramped by doubling no faster than every 20 minutes): `initial`,
@@ -32,15 +42,23 @@ export interface RequestRateConfig {
   max: number;
   /** The ceiling doubles every this many ms; Infinity = never. */
   rampDoublingMs: number;
-  /** Lowest rate a cut can reach, requests/s. */
+  /** Lowest rate a cut can reach, requests/s; the slow start begins from it. */
   min: number;
   /** Requests/s added per second of saturated, unthrottled use. */
   increasePerSecond: number;
-  /** A 429 cuts the rate to this fraction of the accepted rate. */
+  /** A 429 cuts the rate to this fraction of itself. */
   decreaseFactor: number;
+  /** While slow-starting, the rate grows by `slowStartGrowth` at each multiple of this many ms of the wall clock. */
+  slowStartStepMs: number;
+  /** The factor of each slow-start step. */
+  slowStartGrowth: number;
+  /** The 429 that ends a slow start cuts the rate to this fraction of the rate its token was granted at. */
+  slowStartDecreaseFactor: number;
   /** Seconds of tokens the bucket may hold: how large a burst is allowed after idling. */
   burstSeconds: number;
   now?: () => number;
+  /** The wall clock (ms), shared by daemons on other machines: slow-start steps fall on its multiples. */
+  wallNow?: () => number;
   /** Schedules `fn` after `ms`; returns a cancel function. Injected by tests. */
   schedule?: (fn: () => void, ms: number) => () => void;
 }
@@ -48,14 +66,19 @@ export interface RequestRateConfig {
 export const DEFAULT_REQUEST_RATE: Omit<RequestRateConfig, 'initial' | 'max'> = {
   rampDoublingMs: 20 * 60_000,
   min: 1,
-  increasePerSecond: 5,
-  decreaseFactor: 0.75,
+  increasePerSecond: 1.5,
+  decreaseFactor: 0.9,
+  slowStartStepMs: 250,
+  slowStartGrowth: 2,
+  slowStartDecreaseFactor: 0.5,
   burstSeconds: 0.1,
 };
 
 /** What a grant hands back, so the outcome can be matched to the rate it was granted under. */
 export interface RateGrant {
   readonly epoch: number;
+  /** The rate (requests/s) the token was granted at. */
+  readonly rate: number;
   /** Milliseconds spent waiting for the token. */
   readonly waitedMs: number;
 }
@@ -69,6 +92,10 @@ interface Waiter {
 /** Successes in the last second are counted in buckets of this many ms. */
 const WINDOW_SLOT_MS = 100;
 const WINDOW_SLOTS = 10;
+/** A cut starts from at most this many times the rate GCS accepted over the last full second. */
+const UNUSED_RATE_FACTOR = 3;
+/** Grants a slow-start step must allow before what was used in it can gate the next step. */
+const MEASURABLE_GRANTS = 4;
 /** Saturated seconds without a 429 before the increase starts doubling. */
 const CALM_SECONDS = 5;
 /** The step grows to at most 2^this times the additive step: a daemon that misses the 429s of an overload must not run away. */
@@ -76,6 +103,7 @@ const MAX_DOUBLINGS = 2;
 
 export class RequestRate {
   private readonly now: () => number;
+  private readonly wallNow: () => number;
   private readonly schedule: (fn: () => void, ms: number) => () => void;
   private readonly startedAt: number;
   private rateValue: number;
@@ -90,13 +118,20 @@ export class RequestRate {
   private readonly accepted = new Array<number>(WINDOW_SLOTS).fill(0);
   private slotStart: number;
   private slot = 0;
-  /** When requests started flowing after a quiet second: the accepted rate is measured from then at most. */
+  /** When requests started flowing after a quiet second: the accepted rate means something a second later. */
   private activeSince: number;
   private lastGrantAt = Number.NEGATIVE_INFINITY;
   /** Since when requests have waited for tokens with no 429 (null: not saturated). */
   private growSince: number | null = null;
   /** Saturated seconds in a row without a 429: past a few, the steps double (capacity has freed up). */
   private calmSeconds = 0;
+  /** Whether a 429 has set the rate yet (before, it is the nominal ceiling, not anything GCS accepted). */
+  private established = false;
+  /** After the first overload: the rate doubles while saturated, until the next 429. */
+  private slowStarting = false;
+  /** The wall-clock step the slow start last grew at, and the grants since. */
+  private slowStartStep = 0;
+  private stepGrants = 0;
 
   // Counters for stats.
   grants = 0;
@@ -106,6 +141,7 @@ export class RequestRate {
 
   constructor(private readonly cfg: RequestRateConfig) {
     this.now = cfg.now ?? (() => performance.now());
+    this.wallNow = cfg.wallNow ?? (cfg.now ? cfg.now : () => Date.now());
     this.schedule =
       cfg.schedule ??
       ((fn, ms) => {
@@ -141,7 +177,7 @@ export class RequestRate {
     if (this.waiters.length === 0 && this.tokens >= 1 && this.now() >= this.pausedUntil) {
       this.tokens -= 1;
       this.granted(this.now());
-      return Promise.resolve({ epoch: this.epoch, waitedMs: 0 });
+      return Promise.resolve({ epoch: this.epoch, rate: this.rate, waitedMs: 0 });
     }
     return new Promise((resolve) => {
       this.waiters.push({ ref, since: this.now(), resolve });
@@ -168,13 +204,28 @@ export class RequestRate {
     this.growSince = null;
     this.calmSeconds = 0;
     if (grant.epoch !== this.epoch) return false;
-    this.rollWindow();
-    // The ring holds the current, partial slot and the full slots before it.
-    const covered = (WINDOW_SLOTS - 1) * WINDOW_SLOT_MS + (t - this.slotStart);
-    // A burst that began a moment ago after a quiet spell is measured over that moment, not a second.
-    const elapsed = Math.max(WINDOW_SLOT_MS, Math.min(covered, t - this.activeSince));
-    const acceptedRate = (this.accepted.reduce((a, b) => a + b, 0) * 1000) / elapsed;
-    this.rateValue = Math.max(this.cfg.min, this.cfg.decreaseFactor * Math.min(this.rate, Math.max(acceptedRate, this.cfg.min)));
+    if (!this.established) {
+      // The first overload: what GCS accepted so far is a few requests in a fraction of a second, and
+      // which daemon's requests the bucket's burst happened to take is luck. A cut from that measure
+      // kept the luckiest daemon at several times the others' rate for the whole job; every daemon
+      // restarting from the same floor and doubling keeps none of the start's differences.
+      this.rateValue = this.cfg.min;
+      this.established = true;
+      this.slowStarting = true;
+      this.slowStartStep = this.currentStep();
+      this.stepGrants = 0;
+    } else if (this.slowStarting) {
+      // Doubling overshoots by up to one doubling: back to half the rate this overload was sent at.
+      this.rateValue = Math.max(this.cfg.min, this.cfg.slowStartDecreaseFactor * Math.min(grant.rate, this.rate));
+      this.slowStarting = false;
+    } else {
+      // From its own rate, so every daemon's cut is the same fraction of its rate (a cut from what GCS
+      // accepted over the last second cut the daemon whose readers were backing off after 429s deeper,
+      // and it fell further behind with each cut). A rate far above what was sent for a whole second
+      // (readers slower than the rate) is first brought down to twice that.
+      const sent = t - this.activeSince >= WINDOW_SLOT_MS * WINDOW_SLOTS ? UNUSED_RATE_FACTOR * this.acceptedRate(t) : Number.POSITIVE_INFINITY;
+      this.rateValue = Math.max(this.cfg.min, this.cfg.decreaseFactor * Math.min(this.rate, sent));
+    }
     this.tokens = Math.min(this.tokens, 0);
     this.epoch++;
     this.cuts++;
@@ -186,8 +237,21 @@ export class RequestRate {
     this.cancelTimer = null;
   }
 
+  /** Requests/s GCS accepted over the last second (called only after a second of activity). */
+  private acceptedRate(t: number): number {
+    this.rollWindow();
+    // The ring holds the current, partial slot and the full slots before it.
+    const covered = (WINDOW_SLOTS - 1) * WINDOW_SLOT_MS + (t - this.slotStart);
+    return Math.max(this.cfg.min, (this.accepted.reduce((a, b) => a + b, 0) * 1000) / Math.max(WINDOW_SLOT_MS, covered));
+  }
+
+  private currentStep(): number {
+    return Math.floor(this.wallNow() / this.cfg.slowStartStepMs);
+  }
+
   private granted(t: number): void {
     this.grants++;
+    this.stepGrants++;
     if (t - this.lastGrantAt > WINDOW_SLOT_MS * WINDOW_SLOTS) this.activeSince = t;
     this.lastGrantAt = t;
   }
@@ -204,14 +268,37 @@ export class RequestRate {
   }
 
   /**
-   * Additive increase: for each full second of saturated use without a 429, one step. After
+   * While slow-starting: one step at each wall-clock multiple of `slowStartStepMs` passed while requests
+   * waited (none when nobody waited: the rate is not what holds the requests back).
+   *
+   * Then additive increase: for each full second of saturated use without a 429, one step. After
    * CALM_SECONDS such seconds in a row the step doubles each second (up to 4 steps, and half the rate): the limit
    * is not near (another daemon has stopped, or GCS has scaled up), and +1 step/s would take minutes to
    * find it. Near the limit 429s come every few seconds, so the steps stay additive and the shares fair.
    */
   private grow(): void {
-    if (this.growSince === null) return;
     const t = this.now();
+    if (this.slowStarting) {
+      const step = this.currentStep();
+      if (step <= this.slowStartStep) return;
+      if (this.growSince !== null) {
+        this.refill();
+        // A step is earned by using the rate: no more than `slowStartGrowth` times what was granted in
+        // the steps since the last (readers slower than the rate would otherwise let it double to
+        // nonsense, and the 429 that ends the slow start would halve nonsense).
+        // Below a few tokens per step the count says nothing, and waiting is enough.
+        const ms = (step - this.slowStartStep) * this.cfg.slowStartStepMs;
+        const used = (this.stepGrants * 1000) / ms;
+        const full = this.rate * this.cfg.slowStartGrowth ** (step - this.slowStartStep);
+        const grown = (this.rate * ms) / 1000 < MEASURABLE_GRANTS ? full : Math.min(full, Math.max(this.rate, this.cfg.slowStartGrowth * used));
+        this.rateValue = Math.min(this.ceiling(), grown);
+      }
+      this.stepGrants = 0;
+      this.slowStartStep = step;
+      this.growSince = this.waiters.length > 0 ? t : null;
+      return;
+    }
+    if (this.growSince === null) return;
     const seconds = Math.floor((t - this.growSince) / 1000);
     if (seconds < 1) return;
     this.refill();
@@ -247,6 +334,7 @@ export class RequestRate {
   /** Grants what the bucket holds now, most urgent first, and sets a timer for the next token. */
   private pump(): void {
     this.cancelTimer = null;
+    this.grow();
     this.refill();
     const t = this.now();
     while (this.waiters.length > 0 && this.tokens >= 1 && t >= this.pausedUntil) {
@@ -257,7 +345,7 @@ export class RequestRate {
       this.granted(t);
       this.waits++;
       this.waitedMs += t - w!.since;
-      w!.resolve({ epoch: this.epoch, waitedMs: t - w!.since });
+      w!.resolve({ epoch: this.epoch, rate: this.rate, waitedMs: t - w!.since });
     }
     this.arm();
   }
@@ -267,7 +355,12 @@ export class RequestRate {
     this.refill();
     const t = this.now();
     const untilToken = this.tokens >= 1 ? 0 : ((1 - this.tokens) / this.rate) * 1000;
-    const delay = Math.max(untilToken, this.pausedUntil - t, 0);
+    let delay = Math.max(untilToken, this.pausedUntil - t, 0);
+    // While slow-starting the rate grows between grants: look again soon rather than at the old rate.
+    if (this.slowStarting && t >= this.pausedUntil) {
+      const toStep = this.cfg.slowStartStepMs - (this.wallNow() % this.cfg.slowStartStepMs);
+      delay = Math.min(delay, toStep);
+    }
     this.cancelTimer = this.schedule(() => this.pump(), Math.max(1, Math.ceil(delay)));
   }
 }

@@ -47,6 +47,7 @@ export const COUNTERS = {
   prefetch_evicted_bytes: 'prefetched bytes pushed out of the in-memory prefetch budget',
   prefetch_fill_skipped: 'predicted files the listing does not have (Zarr fill-value chunks): never requested',
   prefetch_budget_stops: 'prefetch rounds stopped by the memory budget or to spare the disk cache an eviction',
+  prefetch_consolidated_layouts: "Zarr v2 arrays whose layout came from the store's consolidated .zmetadata (no GET of their .zarray)",
 } as const;
 
 /** Values read when a snapshot is taken, not counted. */

@@ -41,6 +41,12 @@ const CHUNK_NAME = /^(c|[0-9]+)([.][0-9]+)*$/;
 const KNOWN_FOLDERS = 10_000;
 /** Array metadata is small; anything larger than one block is not a .zarray we understand. */
 const MAX_METADATA_BLOCKS = 1;
+/** Zarr v2 consolidated metadata: every array's .zarray, in one file at the root of the store. */
+const CONSOLIDATED = '.zmetadata';
+/** Consolidated metadata of thousands of arrays runs to megabytes; beyond this many blocks it is not read. */
+const MAX_CONSOLIDATED_BLOCKS = 4;
+/** Group folders looked through, above an array, for the store's consolidated metadata. */
+const MAX_GROUP_DEPTH = 8;
 
 /**
  * Fetches files before they are opened, from what the opens so far say: the next chunks of a Zarr array
@@ -51,6 +57,8 @@ const MAX_METADATA_BLOCKS = 1;
  */
 export class Prefetcher {
   private readonly arrays = new Map<string, Promise<ZarrArray | null>>();
+  /** Parsed consolidated metadata, per store root and generation of its `.zmetadata`. */
+  private readonly consolidated = new Map<string, Promise<Record<string, unknown> | null>>();
   private readonly folders = new Map<string, { last: string; stream: ReadStream | null }>();
   private inFlight = 0;
   private closed = false;
@@ -216,7 +224,11 @@ export class Prefetcher {
     for (const name of ARRAY_METADATA_FILES) {
       const e = entries.find((x) => x.name === name);
       if (e?.entry.kind !== 'file') continue;
-      const layout = parseArrayMetadata(name, await this.readSmall(e.entry.meta));
+      // A v2 array in a consolidated store: its layout is in the store's .zmetadata, which the reader
+      // (xarray, zarr) has read already, so it is in the cache; the .zarray would be one more GET.
+      const layout =
+        (name === '.zarray' ? await this.consolidatedLayout(dir, entries) : null) ??
+        parseArrayMetadata(name, await this.readSmall(e.entry.meta, MAX_METADATA_BLOCKS));
       if (layout) return { root: dir, layout, stream: new ReadStream(this.deps.config.maxFilesAhead) };
     }
     // Only folders named like chunk indices ('/'-separated keys, v3's 'c') can sit inside an array.
@@ -225,17 +237,70 @@ export class Prefetcher {
     return this.arrayOf(parentOf(dir));
   }
 
-  /** A metadata file's text, read through the block source (so through the cache, like any read). */
-  private async readSmall(meta: ObjectMeta): Promise<string> {
-    const { blocks } = this.deps;
-    if (meta.size > MAX_METADATA_BLOCKS * blocks.blockSize) return '';
-    if (meta.size === 0) return '';
-    const data = await blocks.get(meta, 0, 'demand');
-    try {
-      return data.bytes.toString('utf8');
-    } finally {
-      data.release();
+  /**
+   * The layout of the v2 array in `dir` from the consolidated metadata of the store it is in: `dir` itself
+   * or a group folder above it (each with `.zgroup`) holding `.zmetadata`. Null when there is none, or it
+   * does not name this array (then the array's own .zarray is read).
+   */
+  private async consolidatedLayout(dir: string, entries: DirEntries): Promise<ZarrLayout | null> {
+    let folder = dir;
+    let key = '';
+    for (let depth = 0; depth <= MAX_GROUP_DEPTH; depth++) {
+      const found = entries.find((x) => x.name === CONSOLIDATED);
+      if (found?.entry.kind === 'file') {
+        const doc = await this.consolidatedOf(folder, found.entry.meta);
+        const zarray = doc?.[key ? `${key}/.zarray` : '.zarray'];
+        if (typeof zarray !== 'object' || zarray === null) return null;
+        const layout = parseArrayMetadata('.zarray', JSON.stringify(zarray));
+        if (layout) this.deps.metrics.inc('prefetch_consolidated_layouts');
+        return layout;
+      }
+      // Only a group can hold the store's root above; the first folder that is none ends the search.
+      if (folder === '/' || (depth > 0 && !entries.some((x) => x.name === '.zgroup' && x.entry.kind === 'file'))) return null;
+      key = key ? `${folder.slice(folder.lastIndexOf('/') + 1)}/${key}` : folder.slice(folder.lastIndexOf('/') + 1);
+      folder = parentOf(folder);
+      try {
+        entries = await this.deps.namespace.readdir(folder);
+      } catch {
+        return null;
+      }
     }
+    return null;
+  }
+
+  /** `.zmetadata`'s "metadata" object, parsed once per store and generation; null if unreadable. */
+  private consolidatedOf(root: string, meta: ObjectMeta): Promise<Record<string, unknown> | null> {
+    const id = `${root}#${meta.generation}`;
+    const known = this.consolidated.get(id);
+    if (known) return known;
+    const parsed = this.readSmall(meta, MAX_CONSOLIDATED_BLOCKS).then((text) => {
+      try {
+        const doc = JSON.parse(text) as { metadata?: unknown };
+        return typeof doc.metadata === 'object' && doc.metadata !== null ? (doc.metadata as Record<string, unknown>) : null;
+      } catch {
+        return null;
+      }
+    });
+    this.remember(this.consolidated, id, parsed);
+    parsed.catch(() => this.consolidated.delete(id));
+    return parsed;
+  }
+
+  /** A metadata file's text, read through the block source (so through the cache, like any read); '' when over `maxBlocks`. */
+  private async readSmall(meta: ObjectMeta, maxBlocks: number): Promise<string> {
+    const { blocks } = this.deps;
+    if (meta.size > maxBlocks * blocks.blockSize) return '';
+    if (meta.size === 0) return '';
+    const parts: Buffer[] = [];
+    for (let i = 0; i * blocks.blockSize < meta.size; i++) {
+      const data = await blocks.get(meta, i, 'demand');
+      try {
+        parts.push(Buffer.from(data.bytes));
+      } finally {
+        data.release();
+      }
+    }
+    return Buffer.concat(parts).toString('utf8');
   }
 
   private remember<T>(map: Map<string, T>, key: string, value: T): void {
@@ -243,6 +308,8 @@ export class Prefetcher {
     if (map.size > KNOWN_FOLDERS) map.delete(map.keys().next().value!);
   }
 }
+
+type DirEntries = Awaited<ReturnType<Namespace['readdir']>>;
 
 function parentOf(path: string): string {
   const i = path.lastIndexOf('/');
