@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 // The operations handed to JavaScript; keep in step with OP in src/fs/kernel.ts. Write operations get
 // their own codes when they are added.
@@ -57,6 +59,7 @@ struct mount {
   unsigned max_background;
   unsigned congestion_threshold;
   unsigned want_parallel_dirops;
+  int patch_init_reply; // set by ll_init, for the INIT reply that follows it
 };
 
 // One request on its way to JavaScript. `name` is set for lookups.
@@ -117,7 +120,12 @@ static struct mount *mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
 static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   struct mount *m = userdata;
   // Lookups and readdirs in one folder run in parallel, not one after another under the folder's lock.
-  if (m->want_parallel_dirops && (conn->capable & FUSE_CAP_PARALLEL_DIROPS)) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // libfuse 3.14 never tells the kernel (fixed in 3.16, libfuse #861): the INIT reply is patched on its
+  // way out (dev_writev).
+  if (m->want_parallel_dirops && (conn->capable & FUSE_CAP_PARALLEL_DIROPS)) {
+    conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    m->patch_init_reply = 1;
+  }
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   // Pages are dropped on open (keep_cache off) and when a file's size or mtime moves.
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
@@ -189,6 +197,31 @@ static const struct fuse_lowlevel_ops ll_ops = {
     .releasedir = ll_releasedir,
     .statfs = ll_statfs,
 };
+
+// The kernel's INIT flag for parallel lookups and readdirs (linux/fuse.h), and where fuse_init_out
+// keeps its flags: after major, minor and max_readahead.
+#define KERNEL_FUSE_PARALLEL_DIROPS (1u << 18)
+#define INIT_OUT_FLAGS_OFFSET 12
+
+static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata) {
+  struct mount *m = userdata;
+  if (m->patch_init_reply && count >= 2 && iov[1].iov_len >= INIT_OUT_FLAGS_OFFSET + sizeof(uint32_t)) {
+    // The first reply after ll_init is the INIT reply: [fuse_out_header][fuse_init_out].
+    m->patch_init_reply = 0;
+    uint32_t flags;
+    memcpy(&flags, (char *)iov[1].iov_base + INIT_OUT_FLAGS_OFFSET, sizeof flags);
+    flags |= KERNEL_FUSE_PARALLEL_DIROPS;
+    memcpy((char *)iov[1].iov_base + INIT_OUT_FLAGS_OFFSET, &flags, sizeof flags);
+  }
+  return writev(fd, iov, count);
+}
+
+static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata) {
+  (void)userdata;
+  return read(fd, buf, len);
+}
+
+static const struct fuse_custom_io dev_io = {.writev = dev_writev, .read = dev_read};
 
 static void *receive_loop(void *arg) {
   struct mount *m = arg;
@@ -573,6 +606,13 @@ static napi_value do_mount(napi_env env, napi_callback_info info) {
     fuse_session_destroy(m->se);
     free(m);
     return throw_mount_error(env, "cannot mount");
+  }
+  // The same /dev/fuse descriptor, read and written through dev_read/dev_writev.
+  if (fuse_session_custom_io(m->se, &dev_io, fuse_session_fd(m->se)) != 0) {
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    free(m);
+    return throw_mount_error(env, "cannot set up /dev/fuse I/O");
   }
   napi_value name;
   napi_create_string_utf8(env, "gcsmount_fuse", NAPI_AUTO_LENGTH, &name);
