@@ -64,10 +64,9 @@ describe('the libfuse3 layer', () => {
       expect(r.code, r.stderr).toBe(0);
       const lists = tb.emulator.requestLog().filter((e) => e.kind === 'list');
       expect(lists.length).toBeGreaterThanOrEqual(16);
-      // One after another (libfuse 2 held the folder's lock per lookup) the peak would be 1 or 2.
+      // One after another (libfuse 2, or 3.14 without the INIT patch) the peak was 2: a lookup's own
+      // two requests. Wall time is not asserted: on a busy machine it says little.
       expect(peakOverlap(lists, 'list')).toBeGreaterThanOrEqual(4);
-      // Serial lookups would take at least 16 x 30 ms; this bound is generous for a busy machine.
-      expect(Number(r.stdout.trim())).toBeLessThan(16 * 0.03 * 2);
     } finally {
       tb.emulator.setKnobs({ latencyMs: 0 });
       await unmount(m.path);
