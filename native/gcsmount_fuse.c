@@ -382,6 +382,7 @@ static napi_value reply_err(napi_env env, napi_callback_info info) {
 }
 
 // replyEntry(req, attr, entryTimeoutSec, attrTimeoutSec): attr null is a negative entry (ino 0).
+// Returns 0, or -errno when the kernel did not take the answer.
 static napi_value reply_entry(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   args_of(env, info, 4, argv);
@@ -399,9 +400,12 @@ static napi_value reply_entry(napi_env env, napi_callback_info info) {
   e.generation = 1;
   e.entry_timeout = num(env, argv[2]);
   e.attr_timeout = num(env, argv[3]);
-  fuse_reply_entry(r->req, &e);
+  // Not 0 when the kernel no longer waited for it (an interrupted request): the lookup did not count.
+  int res = fuse_reply_entry(r->req, &e);
   answered(r);
-  return NULL;
+  napi_value out;
+  napi_create_int32(env, res, &out);
+  return out;
 }
 
 // replyAttr(req, attr, attrTimeoutSec)

@@ -90,7 +90,10 @@ describe('the libfuse3 layer', () => {
         await unmount(m.path);
       }
     };
-    const raised = await measure([]); // the default --max-read-ahead-kb 4096
+    // The default --max-read-ahead-kb 4096. Another process dropping the page cache mid-read (the torture
+    // test, other benchmarks on the machine) makes the kernel fall back to small reads: best of three.
+    let raised = await measure([]);
+    for (let i = 0; i < 2 && raised.perRead < 512 * 1024; i++) raised = await measure([]);
     expect(raised.perRead).toBeGreaterThanOrEqual(512 * 1024);
     expect(raised.reads).toBeLessThanOrEqual(128);
     // The kernel's own default (128 KiB) for contrast: what libfuse 2 always got.

@@ -44,8 +44,11 @@ export type RequestListener = (op: number, req: FuseRequest | undefined, ino: nu
 export interface FuseAddon {
   mount(mountPoint: string, args: string[], onRequest: RequestListener, tuning: MountTuning): SessionHandle;
   replyErr(req: FuseRequest, errno: number): void;
-  /** attr null: a negative entry, cached by the kernel for entryTimeout. */
-  replyEntry(req: FuseRequest, attr: Attr | null, entryTimeoutSec: number, attrTimeoutSec: number): void;
+  /**
+   * attr null: a negative entry, cached by the kernel for entryTimeout. Returns 0, or -errno when the
+   * kernel did not take the answer (the request was interrupted): then the lookup does not count.
+   */
+  replyEntry(req: FuseRequest, attr: Attr | null, entryTimeoutSec: number, attrTimeoutSec: number): number;
   replyAttr(req: FuseRequest, attr: Attr, attrTimeoutSec: number): void;
   replyOpen(req: FuseRequest, fh: number, flags: number): void;
   /** The kernel copies the first `length` bytes straight from the Buffer's memory. */

@@ -98,9 +98,11 @@ class Answer {
     this.done(true);
   }
 
-  entry(attr: Attr | null, entrySec: number, attrSec: number): void {
-    this.fuse.replyEntry(this.req, attr, entrySec, attrSec);
+  /** False when the kernel did not take the entry (the request was interrupted). */
+  entry(attr: Attr | null, entrySec: number, attrSec: number): boolean {
+    const taken = this.fuse.replyEntry(this.req, attr, entrySec, attrSec) === 0;
     this.done(false);
+    return taken;
   }
 
   attr(attr: Attr, attrSec: number): void {
@@ -189,7 +191,9 @@ export function createOperations(deps: OperationDeps): Operations {
       }
       const ino = inodes.lookedUp(path);
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-      a.entry(entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes), timeouts.entrySec, timeouts.attrSec);
+      const attr = entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
+      if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
     };
     const pinned = handles.pinned(path);
     if (pinned) return answer({ kind: 'file', meta: pinned });
