@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# libfuse2: fuse-native links libfuse.so.2. fuse3: fusermount and /etc/fuse.conf.
+# libfuse3-dev: headers and pkg-config for the FUSE addon
+# (native/, built by npm ci). fuse3: libfuse3 at run time, fusermount3 and /etc/fuse.conf.
 # python3-zarr/xarray/numpy: the Zarr acceptance tests, run with /usr/bin/python3. systemd: systemd-analyze
 # verify checks the unit file.
-APT_PACKAGES=(libfuse2 fuse3 python3-zarr python3-xarray python3-numpy systemd)
+APT_PACKAGES=(libfuse3-dev fuse3 pkg-config python3-zarr python3-xarray python3-numpy systemd)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -19,15 +20,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# npm ci builds better-sqlite3 from source and installs fuse-native's prebuilt addon; package.json's
-# allowScripts lets npm 11 run their install scripts.
+# npm ci builds better-sqlite3 from source (package.json's allowScripts lets npm 11 run its install
+# script), and the root package's own install script builds the FUSE addon (node-gyp, native/binding.gyp).
 stamp=node_modules/.gcsmount-lock
 if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
   echo "setup: npm ci"
   npm ci --no-audit --no-fund --loglevel=error
   cp package-lock.json "$stamp"
 fi
-node -e "require('better-sqlite3')(':memory:').close(); require('fuse-native')" \
-  || { echo "setup: native modules did not build (better-sqlite3, fuse-native)" >&2; exit 1; }
+node -e "require('better-sqlite3')(':memory:').close(); require('./native/build/Release/gcsmount_fuse.node')" \
+  || { echo "setup: native modules did not build (better-sqlite3, native/gcsmount_fuse)" >&2; exit 1; }
 
 npm run --silent build

@@ -141,4 +141,44 @@ describe('a handle reader sharing pooled blocks', () => {
     expect(pool.inUse).toBe(0);
     pool.close();
   });
+
+  it('lends a view of a held block for a read inside it, and nothing for a block not here or a read across two', async () => {
+    const content = Buffer.alloc(8 * BLOCK);
+    for (let i = 0; i < content.length; i += 4) content.writeUInt32LE(i, i);
+    const meta: ObjectMeta = { name: 'o', size: content.length - 100, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+    const { client, finishAll } = slowClient(content);
+    const pool = buffers();
+    const source = new BlockSource({
+      client,
+      disk: null,
+      scheduler: new DownloadScheduler({ global: 16, perFile: 16 }),
+      buffers: pool,
+      wholeObjectThreshold: 0,
+      log: silentLogger,
+      metrics: new Metrics(),
+    });
+    const reader = new HandleReader(source, meta, { maxWindowBlocks: 4, budget: new ReadaheadBudget(16) });
+    expect(reader.view(0, 4096)).toBeNull(); // nothing held yet
+    const first = reader.read(0, Buffer.alloc(4096));
+    await tick();
+    finishAll();
+    expect(await first).toBe(4096);
+    await tick();
+    const v = reader.view(8192, 4096)!;
+    expect(v.equals(content.subarray(8192, 8192 + 4096))).toBe(true);
+    expect(reader.view(BLOCK - 10, 20)).toBeNull(); // spans blocks 0 and 1: read copies it
+    // The object's last bytes: clamped to its size.
+    const last = reader.read(meta.size - 1000, Buffer.alloc(4096));
+    await tick();
+    finishAll();
+    expect(await last).toBe(1000);
+    await tick();
+    const tail = reader.view(meta.size - 500, 4096)!;
+    expect(tail.length).toBe(500);
+    expect(tail.equals(content.subarray(meta.size - 500, meta.size))).toBe(true);
+    reader.close();
+    finishAll();
+    await tick();
+    pool.close();
+  });
 });

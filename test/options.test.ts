@@ -164,12 +164,12 @@ describe('the parameter table', () => {
       'file-cache-enable-parallel-downloads', 'max-retry-attempts', 'retry-multiplier', 'whole-object-threshold-mb',
       'sequential-read-size-mb', 'read-global-max-blocks', 'limit-ops-per-sec', 'initial-ops-per-sec', 'max-retry-duration',
       'enable-read-stall-retry', 'read-stall-initial-req-timeout', 'read-stall-min-req-timeout', 'read-stall-max-req-timeout',
-      'read-stall-req-target-percentile',
+      'read-stall-req-target-percentile', 'kernel-list-cache-ttl-secs', 'max-read-ahead-kb',
     ];
     for (const f of effective) expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('effective');
     expect(PARAM_BY_FLAG.get('prometheus-port')!.effect).toBe('effective');
     for (const f of ['enable-buffered-read', 'max-idle-conns-per-host', 'file-cache-download-chunk-size-mb',
-      'file-cache-cache-file-for-range-read', 'kernel-list-cache-ttl-secs', 'rename-dir-limit', 'temp-dir', 'app-name', 'billing-project', 'client-protocol', 'token-url',
+      'file-cache-cache-file-for-range-read', 'rename-dir-limit', 'temp-dir', 'app-name', 'billing-project', 'client-protocol', 'token-url',
       'reuse-token-from-url', 'debug_fuse', 'debug_gcs', 'debug_fs', 'limit-bytes-per-sec', 'read-stall-req-increase-rate']) {
       expect(PARAM_BY_FLAG.get(f)!.effect, f).toBe('ignored');
     }

@@ -4,7 +4,7 @@ import { BlockIndex, type BlockRow } from '../blocks/block-index.js';
 import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, mountBench, sh, timed } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, sh, timed } from './harness.js';
 
 const N = 1_000_000;
 const MIB = 1024 * 1024;
@@ -78,12 +78,19 @@ async function dropPageCache(): Promise<void> {
 }
 
 /** Warm reads through the mount (blocks on local disk) against `cat` of the same bytes from a plain file. */
+/**
+ * Warm reads through the mount (blocks on local disk) against `cat` of the same bytes from a plain file,
+ * with the daemon's CPU time and the size of the kernel's read requests. GCSMOUNT_BASELINE_BIN names
+ * another build's bin/gcsmount (e.g. the fuse-native layer) to measure in the same run.
+ */
 export async function warmReadScenario(): Promise<string> {
   const b = await benchBucket('warm-bench');
   const SIZE = 1024 * MIB;
   const source = join(b.root, b.bucket, 'one-gib.bin');
   await sh('dd', ['if=/dev/urandom', `of=${source}`, 'bs=1M', `count=${SIZE / MIB}`, 'status=none']);
   const cacheDir = join(b.dir, 'cache');
+  const layers: [string, string][] = [['libfuse3 addon (this build)', GCSMOUNT]];
+  if (process.env.GCSMOUNT_BASELINE_BIN) layers.push(['baseline: ' + process.env.GCSMOUNT_BASELINE_BIN, process.env.GCSMOUNT_BASELINE_BIN]);
   try {
     const fill = await mountBench(b, ['--cache-dir', cacheDir]);
     await sh('sh', ['-c', `cat ${join(fill.path, 'one-gib.bin')} > /dev/null`]);
@@ -91,20 +98,42 @@ export async function warmReadScenario(): Promise<string> {
     await new Promise((r) => setTimeout(r, 1500)); // the daemon sees its mount go and releases the cache
     const rows: string[] = [];
     for (const pageCache of ['dropped', 'kept'] as const) {
-      if (pageCache === 'dropped') await dropPageCache();
-      const plain = await timed(() => sh('sh', ['-c', `cat ${source} > /dev/null`]));
-      const m = await mountBench(b, ['--cache-dir', cacheDir]);
-      b.emulator.resetStats();
-      if (pageCache === 'dropped') await dropPageCache();
-      const viaMount = await timed(() => sh('sh', ['-c', `cat ${join(m.path, 'one-gib.bin')} > /dev/null`]));
-      const media = b.emulator.stats().requests.media;
-      await m.unmount();
-      await new Promise((r) => setTimeout(r, 1500));
-      const mbps = (s: number) => (SIZE / MIB / s).toFixed(0);
-      rows.push(`| OS page cache ${pageCache} | ${mbps(plain.seconds)} MiB/s | ${mbps(viaMount.seconds)} MiB/s | ${(plain.seconds / viaMount.seconds).toFixed(2)} | ${media} |`);
+      for (const [layer, bin] of layers) {
+        if (pageCache === 'dropped') await dropPageCache();
+        const plain = await timed(() => sh('sh', ['-c', `cat ${source} > /dev/null`]));
+        const m = await mountBench(b, ['--cache-dir', cacheDir], bin);
+        const pid = await daemonPid(m.path);
+        b.emulator.resetStats();
+        if (pageCache === 'dropped') await dropPageCache();
+        const before = await readStats(m.path);
+        const cpu0 = pid ? await cpuSeconds(pid) : NaN;
+        const viaMount = await timed(() => sh('sh', ['-c', `cat ${join(m.path, 'one-gib.bin')} > /dev/null`]));
+        const cpu1 = pid ? await cpuSeconds(pid) : NaN;
+        const after = await readStats(m.path);
+        const media = b.emulator.stats().requests.media;
+        await m.unmount();
+        await new Promise((r) => setTimeout(r, 1500));
+        const reads = after.reads - before.reads;
+        const perRead = reads ? (after.bytes - before.bytes) / reads / 1024 : NaN;
+        const mbps = (s: number) => (SIZE / MIB / s).toFixed(0);
+        rows.push(
+          `| OS page cache ${pageCache} | ${layer} | ${mbps(plain.seconds)} MiB/s | ${mbps(viaMount.seconds)} MiB/s | ${(plain.seconds / viaMount.seconds).toFixed(2)} | ${(cpu1 - cpu0).toFixed(2)} | ${reads} | ${perRead.toFixed(0)} KiB | ${media} |`,
+        );
+      }
     }
-    return ['| case | cat of the plain file | cat through the mount (warm block cache) | ratio (mount / plain) | media requests |', '|---|---|---|---|---|', ...rows].join('\n');
+    return [
+      '| case | FUSE layer | cat of the plain file | cat through the mount (warm block cache) | ratio (mount / plain) | daemon CPU s per GiB | FUSE reads | bytes per FUSE read | media requests |',
+      '|---|---|---|---|---|---|---|---|---|',
+      ...rows,
+    ].join('\n');
   } finally {
     await cleanup(b);
   }
+}
+
+/** FUSE read count and bytes, from `gcsmount stats --json` (any build's daemon answers it). */
+async function readStats(mountPoint: string): Promise<{ reads: number; bytes: number }> {
+  const r = await sh(GCSMOUNT, ['stats', mountPoint, '--json']);
+  const s = JSON.parse(r.stdout) as { counters: Record<string, number>; fuseOps: Record<string, { count: number }> };
+  return { reads: s.fuseOps.read?.count ?? 0, bytes: s.counters.fuse_read_bytes ?? 0 };
 }

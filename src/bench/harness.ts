@@ -41,13 +41,13 @@ export async function benchBucket(bucket: string, knobs: Partial<EmulatorKnobs> 
   return { root, bucket, emulator, dir };
 }
 
-export async function mountBench(b: BenchBucket, args: string[] = []): Promise<{ path: string; unmount(): Promise<void> }> {
+export async function mountBench(b: BenchBucket, args: string[] = [], bin = GCSMOUNT): Promise<{ path: string; unmount(): Promise<void> }> {
   const path = join(b.dir, `mnt-${Date.now()}`);
   await fsp.mkdir(path);
   const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
   delete env.STORAGE_EMULATOR_HOST;
   const r = await new Promise<{ code: number; stderr: string }>((done) =>
-    execFile(GCSMOUNT, [b.bucket, path, '--custom-endpoint', b.emulator.url, '--log-file', join(b.dir, 'gcsmount.log'), ...args], { env }, (err, _o, stderr) =>
+    execFile(bin, [b.bucket, path, '--custom-endpoint', b.emulator.url, '--log-file', join(b.dir, 'gcsmount.log'), ...args], { env }, (err, _o, stderr) =>
       done({ code: err ? 1 : 0, stderr: String(stderr) }),
     ),
   );
@@ -73,6 +73,14 @@ export async function daemonPid(mountPoint: string): Promise<number | null> {
     if (args.includes(mountPoint) && args.includes('--foreground')) return Number(entry);
   }
   return null;
+}
+
+/** CPU time (user + system) a process has used so far, in seconds. */
+export async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 per second on Linux).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 /** Peak resident memory of a process so far, in MiB. */

@@ -56,31 +56,7 @@ export class HandleReader {
     if (pos >= end) return 0;
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
-    const last = Math.floor((end - 1) / bs);
-    // A read of a block this handle still holds is inside the stream however far behind it lands.
-    const sequential = Math.abs(pos - this.frontier) <= SEQUENTIAL_SLACK || this.held.has(first);
-    // The block the frontier was in before this read (-1 before the first).
-    const reached = Math.floor((this.frontier - 1) / bs);
-    this.frontier = sequential ? Math.max(this.frontier, end) : end;
-    if (!sequential) this.window = 1;
-    else if (last > reached && reached >= 0) this.window = Math.min(this.cfg.maxWindowBlocks, this.window * 2);
-
-    const wanted: HeldBlock[] = [];
-    for (let b = first; b <= last; b++) wanted.push(this.hold(b, false));
-    if (sequential) {
-      const frontierBlock = Math.floor((this.frontier - 1) / bs);
-      const lastBlockOfObject = Math.floor((this.meta.size - 1) / bs);
-      for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + this.window); b++) {
-        if (this.held.has(b)) continue;
-        if (!this.cfg.budget.tryTake()) break;
-        this.hold(b, true);
-      }
-      // Behind the frontier, what reads still in flight within the slack may want is kept.
-      this.dropOutside(Math.min(first, Math.floor(Math.max(0, this.frontier - SEQUENTIAL_SLACK) / bs)), Number.POSITIVE_INFINITY);
-    } else {
-      this.dropOutside(first, last);
-    }
-
+    const wanted = this.advance(pos, end);
     const copy = (blocks: readonly BlockData[]): number => {
       let copied = 0;
       for (let i = 0; i < blocks.length; i++) {
@@ -106,6 +82,57 @@ export class HandleReader {
         for (const ref of got) ref.release();
       }
     });
+  }
+
+  /**
+   * The bytes [pos, pos + length) as a view into a block this handle already holds, or null when they
+   * span blocks or have not arrived (then `read` copies them). Valid only until the next call on this
+   * handle: for a reply the kernel copies out before anything else runs, it saves the copy.
+   */
+  view(pos: number, length: number): Buffer | null {
+    const end = Math.min(this.meta.size, pos + length);
+    if (pos >= end) return Buffer.alloc(0);
+    const bs = this.source.blockSize;
+    const first = Math.floor(pos / bs);
+    const data = this.held.get(first)?.value;
+    if (!data || Math.floor((end - 1) / bs) !== first) return null;
+    this.advance(pos, end);
+    if (this.held.get(first)?.value !== data) return null;
+    const from = pos - first * bs;
+    if (from + (end - pos) > data.bytes.length) return null;
+    return data.bytes.subarray(from, from + (end - pos));
+  }
+
+  /** Moves the sequential frontier and readahead window for a read of [pos, end); the blocks it needs. */
+  private advance(pos: number, end: number): HeldBlock[] {
+    const bs = this.source.blockSize;
+    const first = Math.floor(pos / bs);
+    const last = Math.floor((end - 1) / bs);
+    // A read of a block this handle still holds is inside the stream however far behind it lands.
+    const sequential = Math.abs(pos - this.frontier) <= SEQUENTIAL_SLACK || this.held.has(first);
+    // The block the frontier was in before this read (-1 before the first).
+    const reached = Math.floor((this.frontier - 1) / bs);
+    this.frontier = sequential ? Math.max(this.frontier, end) : end;
+    if (!sequential) this.window = 1;
+    else if (last > reached && reached >= 0) this.window = Math.min(this.cfg.maxWindowBlocks, this.window * 2);
+
+    const wanted: HeldBlock[] = [];
+    for (let b = first; b <= last; b++) wanted.push(this.hold(b, false));
+    if (sequential) {
+      const frontierBlock = Math.floor((this.frontier - 1) / bs);
+      const lastBlockOfObject = Math.floor((this.meta.size - 1) / bs);
+      for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + this.window); b++) {
+        if (this.held.has(b)) continue;
+        if (!this.cfg.budget.tryTake()) break;
+        this.hold(b, true);
+      }
+      // Behind the frontier, what reads still in flight within the slack may want is kept.
+      this.dropOutside(Math.min(first, Math.floor(Math.max(0, this.frontier - SEQUENTIAL_SLACK) / bs)), Number.POSITIVE_INFINITY);
+    } else {
+      this.dropOutside(first, last);
+    }
+
+    return wanted;
   }
 
   /** Gives back this file's share of the readahead budget; the handle is done. */

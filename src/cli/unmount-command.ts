@@ -13,7 +13,7 @@ export async function runUnmount(args: string[]): Promise<number> {
   const path = await canonicalMountPoint(args[0]!);
   if (!(await mountedPaths()).has(path)) throw new UserError(`${args[0]} is not mounted`, EXIT.mountPoint);
   try {
-    await run('fusermount', ['-u', path]);
+    await run('fusermount3', ['-u', path]);
   } catch (err) {
     const detail = ((err as { stderr?: string }).stderr ?? String(err)).trim().split('\n')[0];
     throw new UserError(`cannot unmount ${args[0]}: ${detail}`, EXIT.mountPoint);

@@ -14,7 +14,8 @@ import { startControlServer, type MountInfo } from '../observe/control-server.js
 import { startPrometheus } from '../observe/prometheus.js';
 import { controlSocketFor, ensureRuntimeDir } from '../observe/runtime-dir.js';
 import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
-import { FuseMount, prepareMountPoint } from '../fs/mount.js';
+import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
+import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
@@ -102,6 +103,14 @@ async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited
 async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unknown)[]): Promise<RunningDaemon> {
   const v = opts.values;
   const mountPoint = await prepareMountPoint(opts.mountPoint);
+  // Checked before anything is started: a machine without FUSE gets one line naming what to install.
+  let fuse;
+  try {
+    fuse = loadFuse();
+  } catch (err) {
+    if (err instanceof FuseUnavailableError) throw new MountPointError(`cannot mount ${opts.mountPoint}: ${err.message}`);
+    throw err;
+  }
   // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
   await ensureRuntimeDir();
   let endpoint;
@@ -225,7 +234,9 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
         metrics,
       })
     : null;
-  const { ops } = createOperations({
+  const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
+  const { onRequest } = createOperations({
+    fuse,
     prefetcher,
     namespace,
     blocks,
@@ -239,6 +250,12 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
     reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget },
     // As long as the kernel may hold a size: its attribute timeout.
     reportedSizes: { ...DEFAULT_REPORTED_SIZES, ttlMs: kernelSecs(ttl) * 1000 },
+    timeouts: {
+      entrySec: kernelSecs(ttl),
+      attrSec: kernelSecs(ttl),
+      negativeSec: kernelSecs(negativeTtl),
+      listCacheMs: listTtl.kind === 'forever' ? Number.POSITIVE_INFINITY : listTtl.kind === 'ms' ? listTtl.ms : 0,
+    },
     log,
     metrics,
   });
@@ -265,15 +282,15 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   );
   undo.push(() => control.close());
 
-  const mount = await FuseMount.mount(mountPoint, ops, {
+  const mount = FuseMount.mount(mountPoint, fuse, onRequest, {
     fsName: opts.bucket,
-    attrTimeoutSec: kernelSecs(ttl),
-    entryTimeoutSec: kernelSecs(ttl),
-    negativeTimeoutSec: kernelSecs(negativeTtl),
     allowOther,
     extra,
+    // Enough for the kernel to keep every download slot busy with readahead and parallel readers.
+    maxBackground: Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
   });
   undo.push(() => mount.unmount());
+  await setReadAhead(mountPoint, v['max-read-ahead-kb'], log);
   // Only now does `gcsmount wait` get its answer.
   control.open();
 

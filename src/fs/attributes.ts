@@ -1,5 +1,5 @@
-import type { FuseStat } from 'fuse-native';
 import type { Entry } from '../namespace/entry.js';
+import type { Attr } from './kernel.js';
 
 /** Ownership and permission bits presented for every inode (gcsfuse's --uid, --gid, --file-mode, --dir-mode). */
 export interface AttributePolicy {
@@ -14,12 +14,8 @@ export interface AttributePolicy {
 const S_IFREG = 0o100000;
 const S_IFDIR = 0o040000;
 
-export function statFor(entry: Entry, policy: AttributePolicy): FuseStat {
-  if (entry.kind === 'dir') {
-    const t = new Date(entry.mtimeMs ?? policy.mountTimeMs);
-    return { mode: S_IFDIR | policy.dirMode, uid: policy.uid, gid: policy.gid, size: 4096, mtime: t, atime: t, ctime: t, nlink: 2 };
-  }
-  const { size, updatedMs } = entry.meta;
-  const t = new Date(updatedMs);
-  return { mode: S_IFREG | policy.fileMode, uid: policy.uid, gid: policy.gid, size, mtime: t, atime: t, ctime: t, nlink: 1, blocks: Math.ceil(size / 512) };
+/** The attributes the kernel is given for inode `ino` showing `entry`. */
+export function statFor(ino: number, entry: Entry, policy: AttributePolicy): Attr {
+  if (entry.kind === 'dir') return [ino, S_IFDIR | policy.dirMode, 2, policy.uid, policy.gid, 4096, entry.mtimeMs ?? policy.mountTimeMs];
+  return [ino, S_IFREG | policy.fileMode, 1, policy.uid, policy.gid, entry.meta.size, entry.meta.updatedMs];
 }

@@ -3,16 +3,17 @@ import { GcsError, type GcsErrorCode } from '../gcs/errors.js';
 
 const E = constants.errno;
 
-/** Negative errno numbers, as fuse-native wants them. */
+/** Errno numbers (positive), as the kernel is answered with them. */
 export const Errno = {
-  ENOENT: -E.ENOENT,
-  EIO: -E.EIO,
-  EACCES: -E.EACCES,
-  EROFS: -E.EROFS,
-  EISDIR: -E.EISDIR,
-  ENOTDIR: -E.ENOTDIR,
-  EBADF: -E.EBADF,
-  ESTALE: -E.ESTALE,
+  ENOENT: E.ENOENT,
+  EIO: E.EIO,
+  EACCES: E.EACCES,
+  EROFS: E.EROFS,
+  EISDIR: E.EISDIR,
+  ENOTDIR: E.ENOTDIR,
+  EBADF: E.EBADF,
+  ESTALE: E.ESTALE,
+  ENOSYS: E.ENOSYS,
 } as const;
 
 /** The one place a failure becomes an errno. Exhaustive: a new code will not compile until mapped. */

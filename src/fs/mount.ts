@@ -1,7 +1,8 @@
 import { execFile } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { promisify } from 'node:util';
-import Fuse, { type FuseOps } from 'fuse-native';
+import type { Logger } from '../observe/logger.js';
+import { OP, type FuseAddon, type RequestListener } from './kernel.js';
 import { canonicalMountPoint } from '../observe/runtime-dir.js';
 
 const run = promisify(execFile);
@@ -23,7 +24,7 @@ export async function mountedPaths(): Promise<Set<string>> {
 
 async function lazyUnmount(path: string): Promise<void> {
   try {
-    await run('fusermount', ['-u', '-z', path]);
+    await run('fusermount3', ['-u', '-z', path]);
   } catch {
     await run('umount', ['-l', path]);
   }
@@ -68,55 +69,71 @@ export async function prepareMountPoint(path: string): Promise<string> {
 export interface KernelOptions {
   /** Shown as the mount's source in `mount` and `df`. */
   fsName: string;
-  attrTimeoutSec: number;
-  entryTimeoutSec: number;
-  negativeTimeoutSec: number;
   allowOther: boolean;
-  /** Further libfuse options (name or name=value) that fuse-native has no field for. */
+  /** Further mount options (name or name=value) passed to libfuse. */
   extra: string[];
+  /** Kernel requests queued to us at once (FUSE max_background): readahead and async reads. */
+  maxBackground: number;
 }
+
+/** How long an unmount waits for the receive thread to see the mount go. */
+const EXIT_WAIT_MS = 5_000;
 
 /** A live FUSE mount of our operations. */
 export class FuseMount {
   private watcher: NodeJS.Timeout | null = null;
   private unmounting: Promise<void> | null = null;
+  private onGone: (() => void) | null = null;
 
   private constructor(
     readonly path: string,
-    private readonly fuse: Fuse,
-  ) {}
-
-  static async mount(path: string, ops: FuseOps, k: KernelOptions): Promise<FuseMount> {
-    // fuse-native drops numeric options whose value is 0, so every number goes in as a string. Options it
-    // has no field for ride along in fsname, which it passes through unescaped as one -o list.
-    const riders = ['ro', `negative_timeout=${k.negativeTimeoutSec}`, 'max_background=64', 'congestion_threshold=48', ...k.extra];
-    const fuse = new Fuse(path, ops, {
-      fsname: [k.fsName, ...riders].join(','),
-      subtype: 'gcsmount',
-      // A slow download must never become EIO after fuse-native's 15 s default.
-      timeout: false,
-      allowOther: k.allowOther,
-      defaultPermissions: true,
-      attrTimeout: String(k.attrTimeoutSec),
-      entryTimeout: String(k.entryTimeoutSec),
-      // The data is immutable once written: keep the page cache across opens unless size or mtime moved.
-      autoCache: true,
-      maxRead: String(128 * 1024),
+    /** Resolves when the kernel connection has ended (unmounted from anywhere, or aborted). */
+    readonly ended: Promise<void>,
+  ) {
+    void ended.then(() => {
+      if (!this.unmounting && this.onGone) {
+        const gone = this.onGone;
+        this.onGone = null;
+        this.stopWatching();
+        gone();
+      }
     });
-    await new Promise<void>((resolve, reject) =>
-      fuse.mount((err) => (err ? reject(new MountPointError(`cannot mount ${path}: ${err.message}`)) : resolve())),
-    );
-    return new FuseMount(path, fuse);
+  }
+
+  static mount(path: string, fuse: FuseAddon, onRequest: RequestListener, k: KernelOptions): FuseMount {
+    // Entry, attribute and negative timeouts are per reply in the low-level API, not mount options. No
+    // max_read: the kernel's requests are bounded by max_pages (1 MiB), which libfuse 3.14 negotiates.
+    const options = ['ro', `fsname=${k.fsName}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
+    if (k.allowOther) options.push('allow_other');
+    let exited!: () => void;
+    const ended = new Promise<void>((r) => (exited = r));
+    const listener: RequestListener = (op, req, ino, a, b, c, name) => {
+      if (op === OP.EXITED) exited();
+      else onRequest(op, req, ino, a, b, c, name);
+    };
+    try {
+      fuse.mount(path, ['-o', options.join(',')], listener, {
+        maxBackground: k.maxBackground,
+        congestionThreshold: Math.max(1, Math.floor((k.maxBackground * 3) / 4)),
+        parallelDirops: true,
+      });
+    } catch (err) {
+      throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);
+    }
+    return new FuseMount(path, ended);
   }
 
   /** Calls `onGone` once if the mount disappears under us (fusermount -u, umount, or an abort). */
   watch(onGone: () => void, intervalMs = 1000): void {
+    this.onGone = onGone;
     this.watcher = setInterval(() => {
       if (this.unmounting) return;
       mountedPaths().then((paths) => {
-        if (!paths.has(this.path) && !this.unmounting) {
+        if (!paths.has(this.path) && !this.unmounting && this.onGone) {
           this.stopWatching();
-          onGone();
+          const gone = this.onGone;
+          this.onGone = null;
+          gone();
         }
       }, () => undefined);
     }, intervalMs);
@@ -125,18 +142,52 @@ export class FuseMount {
 
   unmount(): Promise<void> {
     this.stopWatching();
-    this.unmounting ??= new Promise<void>((resolve) => {
-      this.fuse.unmount((err) => {
-        // Already gone (unmounted from outside) is success; anything else gets the lazy way out.
-        if (err) lazyUnmount(this.path).then(resolve, () => resolve());
-        else resolve();
-      });
-    });
+    this.unmounting ??= (async () => {
+      if ((await mountedPaths()).has(this.path)) {
+        try {
+          await run('fusermount3', ['-u', this.path]);
+        } catch {
+          // Busy (a process has a file open or its cwd inside): detach now, the kernel ends it when let go.
+          await lazyUnmount(this.path).catch(() => undefined);
+          return;
+        }
+      }
+      await Promise.race([this.ended, new Promise((r) => setTimeout(r, EXIT_WAIT_MS).unref())]);
+    })();
     return this.unmounting;
   }
 
   private stopWatching(): void {
     if (this.watcher) clearInterval(this.watcher);
     this.watcher = null;
+  }
+}
+
+/** The mount's "major:minor", as /sys/class/bdi names its readahead settings. */
+async function deviceOf(path: string): Promise<string | null> {
+  const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+  for (const line of text.split('\n')) {
+    const f = line.split(' ');
+    if (f[4]?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))) === path) return f[2] ?? null;
+  }
+  return null;
+}
+
+/**
+ * Sets the mount's read_ahead_kb, so that buffered sequential reads reach us as requests of up to
+ * 1 MiB, not the kernel's default 128 KiB. Only root may write it: otherwise says so, once.
+ */
+export async function setReadAhead(path: string, kb: number, log: Logger): Promise<void> {
+  if (kb <= 0) return;
+  const dev = await deviceOf(path);
+  if (!dev) return;
+  try {
+    await fsp.writeFile(`/sys/class/bdi/${dev}/read_ahead_kb`, `${kb}\n`);
+    log.debug({ device: dev, readAheadKb: kb }, 'raised the mount\'s read_ahead_kb');
+  } catch (err) {
+    log.info(
+      { device: dev, err: (err as NodeJS.ErrnoException).code ?? String(err) },
+      `--max-read-ahead-kb ${kb} not applied: /sys/class/bdi/${dev}/read_ahead_kb cannot be written (needs root); sequential reads arrive in the kernel's default 128 KiB requests`,
+    );
   }
 }

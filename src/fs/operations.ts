@@ -1,24 +1,41 @@
 import { constants } from 'node:fs';
-import type { FuseOps, FuseStatfs } from 'fuse-native';
 import type { BlockSource } from '../blocks/block-source.js';
 import { HandleReader, type HandleReaderConfig } from '../blocks/handle-reader.js';
 import { isGcsError } from '../gcs/errors.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { Entry } from '../namespace/entry.js';
 import type { Namespace } from '../namespace/namespace.js';
 import type { Prefetcher } from '../prefetch/prefetcher.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
+import { childPath, InodeTable, ROOT_INO } from './inodes.js';
+import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type RequestListener } from './kernel.js';
+
+export interface KernelTimeouts {
+  /** How long the kernel may keep a name -> inode entry, and an inode's attributes. */
+  entrySec: number;
+  attrSec: number;
+  /** How long the kernel may remember that a name does not exist (0: not at all). */
+  negativeSec: number;
+  /**
+   * How long the kernel may serve a folder's listing from its own cache (gcsfuse's
+   * --kernel-list-cache-ttl-secs): 0 off, Infinity for ever.
+   */
+  listCacheMs: number;
+}
 
 export interface OperationDeps {
+  fuse: FuseAddon;
   namespace: Namespace;
   blocks: BlockSource;
   attributes: AttributePolicy;
   reader: HandleReaderConfig;
   /** How long, and for how many paths, the sizes told to the kernel are remembered. */
   reportedSizes: ReportedSizesConfig;
+  timeouts: KernelTimeouts;
   log: Logger;
   metrics: Metrics;
   /** Told of every open, to fetch what the reader will open next; null when prefetch is off. */
@@ -27,160 +44,345 @@ export interface OperationDeps {
 
 /**
  * A bucket has no capacity: report a huge constant one, as gcsfuse does (1 PiB free, and inodes to
- * match), so `df` and tools that check for space before writing or copying are happy. fuse-native hands
- * every statfs field to libfuse through a Uint32Array, so each value must fit in 32 bits: 2^40 blocks
- * of 4 KiB arrived as 0. A 1 MiB block size (also the preferred I/O size gcsfuse reports) keeps the
- * count at 2^30.
+ * match), so `df` and tools that check for space before writing or copying are happy. A 1 MiB block
+ * size (also the preferred I/O size gcsfuse reports) keeps the counts small.
  */
-const STATFS: FuseStatfs = {
-  bsize: 2 ** 20,
-  frsize: 2 ** 20,
-  blocks: 2 ** 30,
-  bfree: 2 ** 30,
-  bavail: 2 ** 30,
-  files: 2 ** 30,
-  ffree: 2 ** 30,
-  favail: 2 ** 30,
-  fsid: 0,
-  flag: 1, // ST_RDONLY
-  namemax: 255,
-};
+const STATFS = [
+  2 ** 20, // bsize
+  2 ** 20, // frsize
+  2 ** 30, // blocks
+  2 ** 30, // bfree
+  2 ** 30, // bavail
+  2 ** 30, // files
+  2 ** 30, // ffree
+  2 ** 30, // favail
+  0, // fsid
+  1, // flag: ST_RDONLY
+  255, // namemax
+];
 
 /** Linux's O_ACCMODE: node:fs does not export it. */
 const O_ACCMODE = 3;
 
-const readOnly = (...args: unknown[]): void => (args.at(-1) as (err: number) => void)(Errno.EROFS);
+/** Read buffers kept for reuse: the kernel copies a reply out before replyBuf returns. */
+const POOLED_BUFFER_BYTES = 1024 * 1024;
+const MAX_POOLED_BUFFERS = 64;
 
-/** FUSE operations for a read-only mount. Every callback is answered exactly once, errors included. */
-export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: HandleTable } {
-  const { namespace, metrics, log } = deps;
+/** The folder listing one open directory handle reads, taken when its first readdir asks. */
+interface DirHandle {
+  ino: number;
+  listing: { names: string[]; inos: number[]; isDir: boolean[] } | null;
+  pending: Promise<DirHandle['listing']> | null;
+}
+
+/**
+ * One request's answer, timed from the kernel's request to our answer under the operation's name
+ * (what `gcsmount stats` shows). The addon refuses a second answer, and answers EIO for a request
+ * dropped unanswered; the handlers below still answer every request exactly once, errors included.
+ */
+class Answer {
+  private readonly t0 = performance.now();
+  constructor(
+    private readonly fuse: FuseAddon,
+    private readonly metrics: Metrics,
+    readonly req: FuseRequest,
+    readonly op: string,
+  ) {}
+
+  private done(failed: boolean): void {
+    this.metrics.observeOp(this.op, performance.now() - this.t0, failed);
+  }
+
+  error(errno: number): void {
+    this.fuse.replyErr(this.req, errno);
+    this.done(true);
+  }
+
+  /** False when the kernel did not take the entry (the request was interrupted). */
+  entry(attr: Attr | null, entrySec: number, attrSec: number): boolean {
+    const taken = this.fuse.replyEntry(this.req, attr, entrySec, attrSec) === 0;
+    this.done(false);
+    return taken;
+  }
+
+  attr(attr: Attr, attrSec: number): void {
+    this.fuse.replyAttr(this.req, attr, attrSec);
+    this.done(false);
+  }
+
+  open(fh: number, flags: number): void {
+    this.fuse.replyOpen(this.req, fh, flags);
+    this.done(false);
+  }
+
+  buf(data: Buffer, length: number): void {
+    this.fuse.replyBuf(this.req, data, length);
+    this.done(false);
+  }
+
+  dir(d: NonNullable<DirHandle['listing']>, start: number, size: number): void {
+    this.fuse.replyDir(this.req, d.names, d.inos, d.isDir, start, size);
+    this.done(false);
+  }
+
+  statfs(values: number[]): void {
+    this.fuse.replyStatfs(this.req, values);
+    this.done(false);
+  }
+
+  ok(): void {
+    this.fuse.replyErr(this.req, 0);
+    this.done(false);
+  }
+}
+
+/**
+ * The handlers of a read-only mount, by request. Each takes the inode the kernel names and answers
+ * through its Answer; a write operation is a new OP code in the addon and one more handler here.
+ */
+export interface Operations {
+  onRequest: RequestListener;
+  handles: HandleTable;
+  inodes: InodeTable;
+}
+
+/** FUSE operations for a read-only mount over libfuse3's inode API. */
+export function createOperations(deps: OperationDeps): Operations {
+  const { namespace, metrics, log, fuse, timeouts } = deps;
   const handles = new HandleTable(deps.reportedSizes);
+  const inodes = new InodeTable();
+  const dirs = new Map<number, DirHandle>();
+  let nextDir = 1;
+  const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
 
-  const fail = (op: string, path: string, err: unknown, errno: number): number => {
+  const fail = (a: Answer, path: string, err: unknown, errno: number): void => {
     metrics.inc('fuse_errors');
-    if (errno !== Errno.ENOENT) log.warn({ op, path, err: err instanceof Error ? err.message : String(err) }, `${op} failed`);
-    return errno;
+    if (errno !== Errno.ENOENT) log.warn({ op: a.op, path, err: err instanceof Error ? err.message : String(err) }, `${a.op} failed`);
+    a.error(errno);
   };
 
   /**
    * Every file size the kernel is told goes through here: the kernel clamps reads to it for the
    * attribute timeout, so the next open must read the generation it belongs to.
    */
-  const fileAttributes = (path: string, meta: ObjectMeta) => {
+  const fileAttributes = (ino: number, path: string, meta: ObjectMeta): Attr => {
     handles.reportedToKernel(path, meta);
-    return statFor({ kind: 'file', meta }, deps.attributes);
+    return statFor(ino, { kind: 'file', meta }, deps.attributes);
   };
 
-  const ops: FuseOps = {
-    statfs: (_path, cb) => cb(0, STATFS),
+  /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
+  const attributesOf = (ino: number, path: string) =>
+    namespace.lookup(path).then((entry) => {
+      if (!entry) return null;
+      // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
+      return entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+    });
 
-    getattr: (path, cb) => {
-      if (handles.pinned(path)) return cb(0, fileAttributes(path, handles.pinned(path)!));
-      namespace.lookup(path).then(
-        (entry) => {
-          if (!entry) return cb(Errno.ENOENT);
-          // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-          cb(0, entry.kind === 'file' ? fileAttributes(path, handles.pinned(path) ?? entry.meta) : statFor(entry, deps.attributes));
-        },
-        (err) => cb(fail('getattr', path, err, errnoFor(err))),
-      );
-    },
-
-    fgetattr: (path, fd, cb) => {
-      const reader = handles.get(fd);
-      if (!reader) return ops.getattr!(path, cb);
-      // An open file keeps showing the generation it pinned.
-      cb(0, fileAttributes(path, reader.meta));
-    },
-
-    readdir: (path, cb) => {
-      namespace.readdir(path).then(
-        (entries) => cb(0, ['.', '..', ...entries.map((e) => e.name)]),
-        (err) => cb(fail('readdir', path, err, errnoFor(err))),
-      );
-    },
-
-    open: (path, flags, cb) => {
-      if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return cb(Errno.EROFS);
-      namespace.lookup(path).then(
-        (entry) => {
-          if (!entry) return cb(Errno.ENOENT);
-          if (entry.kind === 'dir') return cb(Errno.EISDIR);
-          const meta = handles.generationFor(path, entry.meta);
-          cb(0, handles.add(path, new HandleReader(deps.blocks, meta, deps.reader)));
-          deps.prefetcher?.opened(path, meta);
-        },
-        (err) => cb(fail('open', path, err, errnoFor(err))),
-      );
-    },
-
-    read: (path, fd, buf, len, pos, cb) => {
-      const reader = handles.get(fd);
-      if (!reader) return cb(Errno.EBADF);
-      // fuse-native detaches `buf` once we answer: fill it before the callback and keep no reference.
-      const done = (n: number): void => {
-        metrics.inc('fuse_read_bytes', n);
-        cb(n);
-      };
-      const failed = (err: unknown): void => {
-        // The pinned generation is gone: this open file cannot go on (it must never mix generations),
-        // but the next open should see the object as it is now.
-        // What the kernel was told about the path stays as it is: it keeps that size until its attribute
-        // timeout, and until then an open must read the generation the size belongs to (or fail).
-        if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
-        cb(fail('read', path, err, Errno.EIO));
-      };
-      try {
-        const n = reader.read(pos, buf.subarray(0, len));
-        if (typeof n === 'number') done(n);
-        else n.then(done, failed);
-      } catch (err) {
-        failed(err);
+  const lookup = (a: Answer, parent: number, name: string): void => {
+    const dir = inodes.path(parent);
+    if (dir === undefined) return a.error(Errno.ESTALE);
+    const path = childPath(dir, name);
+    const answer = (entry: Entry | null): void => {
+      if (!entry) {
+        if (timeouts.negativeSec > 0) a.entry(null, timeouts.negativeSec, 0);
+        else a.error(Errno.ENOENT);
+        return;
       }
-    },
-
-    release: (_path, fd, cb) => {
-      handles.get(fd)?.close();
-      handles.remove(fd);
-      cb(0);
-    },
-
-    write: readOnly,
-    create: readOnly,
-    unlink: readOnly,
-    rename: readOnly,
-    mkdir: readOnly,
-    rmdir: readOnly,
-    truncate: readOnly,
-    ftruncate: readOnly,
-    chmod: readOnly,
-    chown: readOnly,
-    utimens: readOnly,
-    symlink: readOnly,
-    link: readOnly,
-    setxattr: readOnly,
-    removexattr: readOnly,
+      const ino = inodes.lookedUp(path);
+      // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
+      const attr = entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
+      if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
+    };
+    const pinned = handles.pinned(path);
+    if (pinned) return answer({ kind: 'file', meta: pinned });
+    namespace.lookup(path).then(answer, (err) => fail(a, path, err, errnoFor(err)));
   };
-  return { ops: timed(ops, metrics), handles };
+
+  const getattr = (a: Answer, ino: number, fhPlusOne: number): void => {
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    // An open file keeps showing the generation it pinned.
+    const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;
+    if (reader) return a.attr(fileAttributes(ino, path, reader.meta), timeouts.attrSec);
+    const pinned = handles.pinned(path);
+    if (pinned) return a.attr(fileAttributes(ino, path, pinned), timeouts.attrSec);
+    attributesOf(ino, path).then(
+      (attr) => (attr ? a.attr(attr, timeouts.attrSec) : a.error(Errno.ENOENT)),
+      (err) => fail(a, path, err, errnoFor(err)),
+    );
+  };
+
+  const open = (a: Answer, ino: number, flags: number): void => {
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return a.error(Errno.EROFS);
+    namespace.lookup(path).then(
+      (entry) => {
+        if (!entry) return a.error(Errno.ENOENT);
+        if (entry.kind === 'dir') return a.error(Errno.EISDIR);
+        const meta = handles.generationFor(path, entry.meta);
+        const fh = handles.add(path, new HandleReader(deps.blocks, meta, deps.reader));
+        // The kernel's pages of this inode stay while they belong to the generation this open reads
+        // (libfuse 2's auto_cache did this by size and mtime); otherwise the open drops them.
+        const node = inodes.node(ino);
+        const keep = node !== undefined && node.cachedGeneration === meta.generation;
+        if (node) node.cachedGeneration = meta.generation;
+        a.open(fh, keep ? OPEN_FLAGS.KEEP_CACHE : 0);
+        deps.prefetcher?.opened(path, meta);
+      },
+      (err) => fail(a, path, err, errnoFor(err)),
+    );
+  };
+
+  const read = (a: Answer, ino: number, fh: number, pos: number, size: number): void => {
+    const reader = handles.get(fh);
+    if (!reader) return a.error(Errno.EBADF);
+    // Within one block that is here already: the kernel copies straight out of the block's memory.
+    const view = reader.view(pos, size);
+    if (view) {
+      metrics.inc('fuse_read_bytes', view.length);
+      return a.buf(view, view.length);
+    }
+    const pooled = size <= POOLED_BUFFER_BYTES;
+    const buf = pooled ? (pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES)) : Buffer.allocUnsafeSlow(size);
+    const giveBack = (): void => {
+      if (pooled && pool.length < MAX_POOLED_BUFFERS) pool.push(buf);
+    };
+    const done = (n: number): void => {
+      metrics.inc('fuse_read_bytes', n);
+      a.buf(buf, n);
+      giveBack();
+    };
+    const failed = (err: unknown): void => {
+      giveBack();
+      const path = inodes.path(ino) ?? '?';
+      // The pinned generation is gone: this open file cannot go on (it must never mix generations),
+      // but the next open should see the object as it is now.
+      // What the kernel was told about the path stays as it is: it keeps that size until its attribute
+      // timeout, and until then an open must read the generation the size belongs to (or fail).
+      if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
+      fail(a, path, err, Errno.EIO);
+    };
+    try {
+      const n = reader.read(pos, buf.subarray(0, size));
+      if (typeof n === 'number') done(n);
+      else n.then(done, failed);
+    } catch (err) {
+      failed(err);
+    }
+  };
+
+  const release = (a: Answer, fh: number): void => {
+    handles.get(fh)?.close();
+    handles.remove(fh);
+    a.ok();
+  };
+
+  const opendir = (a: Answer, ino: number): void => {
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    const fh = nextDir++;
+    dirs.set(fh, { ino, listing: null, pending: null });
+    let flags = 0;
+    const node = inodes.node(ino);
+    if (timeouts.listCacheMs > 0 && node) {
+      // The kernel keeps the listing in its page cache: reused by the next opens while it is young,
+      // dropped (and filled again from us) by the first open after the TTL.
+      flags |= OPEN_FLAGS.CACHE_READDIR;
+      const now = performance.now();
+      if (node.listCachedAt !== null && now - node.listCachedAt < timeouts.listCacheMs) flags |= OPEN_FLAGS.KEEP_CACHE;
+      else node.listCachedAt = now;
+    }
+    a.open(fh, flags);
+  };
+
+  const listingOf = (d: DirHandle, path: string): Promise<DirHandle['listing']> => {
+    d.pending ??= namespace.readdir(path).then((entries) => {
+      const parent = path === '/' ? ROOT_INO : (inodes.peek(path.slice(0, path.lastIndexOf('/')) || '/') ?? ROOT_INO);
+      const names = ['.', '..'];
+      const inos = [d.ino, parent];
+      const isDir = [true, true];
+      for (const e of entries) {
+        names.push(e.name);
+        // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
+        inos.push(inodes.peek(childPath(path, e.name)) ?? unlookedInode(path, e.name));
+        isDir.push(e.entry.kind === 'dir');
+      }
+      d.listing = { names, inos, isDir };
+      return d.listing;
+    });
+    return d.pending;
+  };
+
+  const readdir = (a: Answer, fh: number, offset: number, size: number): void => {
+    const d = dirs.get(fh);
+    if (!d) return a.error(Errno.EBADF);
+    const path = inodes.path(d.ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    if (d.listing) return a.dir(d.listing, offset, size);
+    listingOf(d, path).then(
+      (listing) => a.dir(listing!, offset, size),
+      (err) => {
+        d.pending = null;
+        fail(a, path, err, errnoFor(err));
+      },
+    );
+  };
+
+  const releasedir = (a: Answer, fh: number): void => {
+    dirs.delete(fh);
+    a.ok();
+  };
+
+  const onRequest: RequestListener = (op, req, ino, x, y, z, name) => {
+    if (op === OP.FORGET) return inodes.forget(ino, x);
+    if (!req) return;
+    try {
+      switch (op) {
+        case OP.LOOKUP:
+          return lookup(new Answer(fuse, metrics, req, 'lookup'), ino, name!);
+        case OP.GETATTR:
+          return getattr(new Answer(fuse, metrics, req, 'getattr'), ino, x);
+        case OP.OPEN:
+          return open(new Answer(fuse, metrics, req, 'open'), ino, x);
+        case OP.READ:
+          return read(new Answer(fuse, metrics, req, 'read'), ino, x, y, z);
+        case OP.RELEASE:
+          return release(new Answer(fuse, metrics, req, 'release'), x);
+        case OP.OPENDIR:
+          return opendir(new Answer(fuse, metrics, req, 'opendir'), ino);
+        case OP.READDIR:
+          return readdir(new Answer(fuse, metrics, req, 'readdir'), x, y, z);
+        case OP.RELEASEDIR:
+          return releasedir(new Answer(fuse, metrics, req, 'releasedir'), x);
+        case OP.STATFS:
+          return new Answer(fuse, metrics, req, 'statfs').statfs(STATFS);
+        default:
+          return fuse.replyErr(req, Errno.ENOSYS);
+      }
+    } catch (err) {
+      // A handler threw before answering (a bug): the kernel still gets its answer.
+      log.error({ op, err: err instanceof Error ? err.message : String(err) }, 'FUSE handler failed');
+      try {
+        fuse.replyErr(req, Errno.EIO);
+      } catch {
+        // already answered
+      }
+    }
+  };
+
+  return { onRequest, handles, inodes };
 }
 
 /**
- * Every operation timed from the kernel's request to our answer, by name; the first callback argument
- * is the errno (or, for read, the byte count), negative on failure.
+ * A stable number for a name readdir shows before anything looked it up, above any inode we hand
+ * out (those count up from 2), so `ls -i` is at least consistent between listings.
  */
-function timed(ops: FuseOps, metrics: Metrics): FuseOps {
-  const out: Record<string, unknown> = {};
-  for (const [name, op] of Object.entries(ops) as [string, (...args: unknown[]) => void][]) {
-    out[name] = (...args: unknown[]) => {
-      const t0 = performance.now();
-      const cb = args[args.length - 1] as (first: number, ...rest: unknown[]) => void;
-      args[args.length - 1] = (first: number, ...rest: unknown[]) => {
-        metrics.observeOp(name, performance.now() - t0, first < 0);
-        cb(first, ...rest);
-      };
-      op(...args);
-    };
-  }
-  return out as FuseOps;
+function unlookedInode(dir: string, name: string): number {
+  let h = 0x811c9dc5;
+  const s = `${dir}/${name}`;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return 2 ** 40 + (h >>> 0);
 }

@@ -13,10 +13,10 @@ import { componentProblem, type NameMapper } from './names.js';
 const LOOKUP_PAGE = 100;
 
 /**
- * Lookup misses in one directory after which the whole directory is listed instead. The kernel takes a
- * directory's lock for each lookup in it (libfuse 2 cannot ask for parallel lookups), so a busy folder,
- * a Zarr array's chunks read by 16 processes, would otherwise cost one round trip per name, one after
- * another. One listing (a request per 1,000 names) then answers every name, missing chunks included.
+ * Lookup misses in one directory after which the whole directory is listed instead. A busy folder, a
+ * Zarr array's chunks read by 16 processes, would otherwise cost one round trip per name (in parallel
+ * since libfuse3's parallel dirops, but a request each). One listing (a request per 1,000 names) then
+ * answers every name, missing chunks included.
  */
 const LIST_AFTER_MISSES = 2;
 

@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "gcsmount_fuse",
+      "sources": ["gcsmount_fuse.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2", "<!@(pkg-config --cflags fuse3)"],
+      "libraries": ["<!@(pkg-config --libs fuse3)"]
+    }
+  ]
+}

@@ -1,0 +1,663 @@
+// gcsmount's FUSE layer: libfuse3's low-level (inode) API, with every operation answered from JavaScript.
+//
+// One receive thread per mount reads requests from /dev/fuse and never waits for JavaScript: each request
+// is handed to the JS thread through a threadsafe function (a bounded queue; a full queue stalls the
+// receive thread, which is the back-pressure) and JavaScript answers when it is ready by calling one of
+// the reply functions with the request's handle. A handle answers exactly once: a second reply throws,
+// and a handle dropped unanswered is answered EIO when it is collected. The session outlives its mount
+// until every handle is answered, so a reply after an unmount is harmless (the kernel has forgotten it).
+
+#define FUSE_USE_VERSION 312
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <node_api.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+// The operations handed to JavaScript; keep in step with OP in src/fs/kernel.ts. Write operations get
+// their own codes when they are added.
+enum op_code {
+  OP_LOOKUP = 1,
+  OP_FORGET = 2,
+  OP_GETATTR = 3,
+  OP_OPEN = 4,
+  OP_READ = 5,
+  OP_RELEASE = 6,
+  OP_OPENDIR = 7,
+  OP_READDIR = 8,
+  OP_RELEASEDIR = 9,
+  OP_STATFS = 10,
+  OP_EXITED = 100, // the receive loop has ended (unmounted, or the connection aborted)
+};
+
+struct mount;
+
+// What JavaScript holds for one request: the libfuse request, answered at most once.
+struct req_ref {
+  fuse_req_t req;
+  struct mount *m;
+  int answered;
+};
+
+struct mount {
+  struct fuse_session *se;
+  pthread_t thread;
+  int thread_started;
+  napi_threadsafe_function tsfn;
+  atomic_long outstanding; // requests handed to JS and not yet answered
+  int loop_ended;          // set on the JS thread when OP_EXITED arrives
+  int destroyed;
+  unsigned max_background;
+  unsigned congestion_threshold;
+  unsigned want_parallel_dirops;
+  int patch_init_reply; // set by ll_init, for the INIT reply that follows it
+};
+
+// One request on its way to JavaScript. `name` is set for lookups.
+struct msg {
+  int op;
+  fuse_req_t req;
+  uint64_t ino;
+  uint64_t a, b, c;
+  char name[];
+};
+
+static char last_log[512];
+
+static int log_to_stderr;
+
+static void log_to_buffer(enum fuse_log_level level, const char *fmt, va_list ap) {
+  (void)level;
+  if (log_to_stderr) {
+    va_list copy;
+    va_copy(copy, ap);
+    vfprintf(stderr, fmt, copy);
+    va_end(copy);
+  }
+  vsnprintf(last_log, sizeof last_log, fmt, ap);
+  size_t n = strlen(last_log);
+  while (n > 0 && last_log[n - 1] == '\n') last_log[--n] = 0;
+}
+
+// ------------------------------------------------------------------ receive thread side
+
+static void send(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name) {
+  size_t len = name ? strlen(name) + 1 : 0;
+  struct msg *msg = malloc(sizeof *msg + len);
+  if (!msg) {
+    if (req) fuse_reply_err(req, ENOMEM);
+    return;
+  }
+  msg->op = op;
+  msg->req = req;
+  msg->ino = ino;
+  msg->a = a;
+  msg->b = b;
+  msg->c = c;
+  if (name) memcpy(msg->name, name, len);
+  if (req) atomic_fetch_add(&m->outstanding, 1);
+  if (napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
+    // JavaScript is going away: answer here, so nothing waits for it.
+    if (req) {
+      atomic_fetch_sub(&m->outstanding, 1);
+      fuse_reply_err(req, EIO);
+    }
+    free(msg);
+  }
+}
+
+static struct mount *mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
+
+static void ll_init(void *userdata, struct fuse_conn_info *conn) {
+  struct mount *m = userdata;
+  // Lookups and readdirs in one folder run in parallel, not one after another under the folder's lock.
+  // libfuse 3.14 never tells the kernel (fixed in 3.16, libfuse #861): the INIT reply is patched on its
+  // way out (dev_writev).
+  if (m->want_parallel_dirops && (conn->capable & FUSE_CAP_PARALLEL_DIROPS)) {
+    conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    m->patch_init_reply = 1;
+  }
+  if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  // Pages are dropped on open (keep_cache off) and when a file's size or mtime moves.
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
+  conn->max_background = m->max_background;
+  conn->congestion_threshold = m->congestion_threshold;
+  // libfuse 3.14 negotiates max_pages from max_write (1 MiB with its default buffer): reads of up to
+  // 1 MiB, once read_ahead_kb lets the kernel ask for that much.
+}
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  send(mount_of(req), OP_LOOKUP, req, parent, 0, 0, 0, name);
+}
+
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  struct mount *m = mount_of(req);
+  fuse_reply_none(req);
+  send(m, OP_FORGET, NULL, ino, nlookup, 0, 0, NULL);
+}
+
+static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets) {
+  struct mount *m = mount_of(req);
+  for (size_t i = 0; i < count; i++) send(m, OP_FORGET, NULL, forgets[i].ino, forgets[i].nlookup, 0, 0, NULL);
+  fuse_reply_none(req);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  // fh + 1, so 0 says "no open file" (a stat, not an fstat).
+  send(mount_of(req), OP_GETATTR, req, ino, fi ? fi->fh + 1 : 0, 0, 0, NULL);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_OPEN, req, ino, (uint64_t)(unsigned)fi->flags, 0, 0, NULL);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_READ, req, ino, fi->fh, (uint64_t)off, size, NULL);
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_RELEASE, req, ino, fi->fh, 0, 0, NULL);
+}
+
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_OPENDIR, req, ino, (uint64_t)(unsigned)fi->flags, 0, 0, NULL);
+}
+
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_READDIR, req, ino, fi->fh, (uint64_t)off, size, NULL);
+}
+
+static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_RELEASEDIR, req, ino, fi->fh, 0, 0, NULL);
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino) { send(mount_of(req), OP_STATFS, req, ino, 0, 0, 0, NULL); }
+
+static const struct fuse_lowlevel_ops ll_ops = {
+    .init = ll_init,
+    .lookup = ll_lookup,
+    .forget = ll_forget,
+    .forget_multi = ll_forget_multi,
+    .getattr = ll_getattr,
+    .open = ll_open,
+    .read = ll_read,
+    .release = ll_release,
+    .opendir = ll_opendir,
+    .readdir = ll_readdir,
+    .releasedir = ll_releasedir,
+    .statfs = ll_statfs,
+};
+
+// The kernel's INIT flag for parallel lookups and readdirs (linux/fuse.h), and where fuse_init_out
+// keeps its flags: after major, minor and max_readahead.
+#define KERNEL_FUSE_PARALLEL_DIROPS (1u << 18)
+#define INIT_OUT_FLAGS_OFFSET 12
+
+static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata) {
+  struct mount *m = userdata;
+  if (m->patch_init_reply && count >= 2 && iov[1].iov_len >= INIT_OUT_FLAGS_OFFSET + sizeof(uint32_t)) {
+    // The first reply after ll_init is the INIT reply: [fuse_out_header][fuse_init_out].
+    m->patch_init_reply = 0;
+    uint32_t flags;
+    memcpy(&flags, (char *)iov[1].iov_base + INIT_OUT_FLAGS_OFFSET, sizeof flags);
+    flags |= KERNEL_FUSE_PARALLEL_DIROPS;
+    memcpy((char *)iov[1].iov_base + INIT_OUT_FLAGS_OFFSET, &flags, sizeof flags);
+  }
+  return writev(fd, iov, count);
+}
+
+static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata) {
+  (void)userdata;
+  return read(fd, buf, len);
+}
+
+static const struct fuse_custom_io dev_io = {.writev = dev_writev, .read = dev_read};
+
+static void *receive_loop(void *arg) {
+  struct mount *m = arg;
+  fuse_session_loop(m->se);
+  send(m, OP_EXITED, NULL, 0, 0, 0, 0, NULL);
+  return NULL;
+}
+
+// ------------------------------------------------------------------ JS thread side
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    if ((call) != napi_ok) {                                                     \
+      napi_throw_error(env, NULL, "gcsmount_fuse: " #call " failed");           \
+      return NULL;                                                               \
+    }                                                                            \
+  } while (0)
+
+static void maybe_destroy(struct mount *m) {
+  if (m->destroyed || !m->loop_ended || atomic_load(&m->outstanding) > 0) return;
+  m->destroyed = 1;
+  pthread_join(m->thread, NULL);
+  fuse_session_unmount(m->se);
+  fuse_session_destroy(m->se);
+  m->se = NULL;
+}
+
+static void answered(struct req_ref *r) {
+  r->answered = 1;
+  atomic_fetch_sub(&r->m->outstanding, 1);
+  maybe_destroy(r->m);
+}
+
+static void req_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  struct req_ref *r = data;
+  // Dropped without an answer (a bug in JavaScript): the kernel must not wait for ever.
+  if (!r->answered) {
+    fuse_reply_err(r->req, EIO);
+    answered(r);
+  }
+  free(r);
+}
+
+static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
+  struct mount *m = context;
+  struct msg *msg = data;
+  if (env == NULL) {
+    // The threadsafe function is being torn down with this message still queued.
+    if (msg->req) {
+      fuse_reply_err(msg->req, EIO);
+      atomic_fetch_sub(&m->outstanding, 1);
+    }
+    free(msg);
+    return;
+  }
+  if (msg->op == OP_EXITED) m->loop_ended = 1;
+  napi_value argv[7], undefined;
+  napi_get_undefined(env, &undefined);
+  napi_create_int32(env, msg->op, &argv[0]);
+  if (msg->req) {
+    struct req_ref *r = malloc(sizeof *r);
+    if (!r) {
+      fuse_reply_err(msg->req, ENOMEM);
+      atomic_fetch_sub(&m->outstanding, 1);
+      free(msg);
+      return;
+    }
+    r->req = msg->req;
+    r->m = m;
+    r->answered = 0;
+    napi_create_external(env, r, req_finalize, NULL, &argv[1]);
+  } else {
+    argv[1] = undefined;
+  }
+  napi_create_double(env, (double)msg->ino, &argv[2]);
+  napi_create_double(env, (double)msg->a, &argv[3]);
+  napi_create_double(env, (double)msg->b, &argv[4]);
+  napi_create_double(env, (double)msg->c, &argv[5]);
+  if (msg->op == OP_LOOKUP) napi_create_string_utf8(env, msg->name, NAPI_AUTO_LENGTH, &argv[6]);
+  else argv[6] = undefined;
+  int msg_op = msg->op;
+  free(msg);
+  napi_call_function(env, undefined, js_cb, 7, argv, NULL);
+  if (msg_op == OP_EXITED) {
+    // Nothing sends any more: let the queue go, so it no longer keeps the process alive.
+    napi_release_threadsafe_function(m->tsfn, napi_tsfn_release);
+    maybe_destroy(m);
+  }
+}
+
+// Takes the request out of argv[0]; throws for a handle already answered.
+static struct req_ref *take_req(napi_env env, napi_value v) {
+  struct req_ref *r = NULL;
+  if (napi_get_value_external(env, v, (void **)&r) != napi_ok || r == NULL) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: not a request handle");
+    return NULL;
+  }
+  if (r->answered) {
+    napi_throw_error(env, "ERR_FUSE_ANSWERED", "gcsmount_fuse: request answered twice");
+    return NULL;
+  }
+  return r;
+}
+
+static double num(napi_env env, napi_value v) {
+  double d = 0;
+  napi_get_value_double(env, v, &d);
+  return d;
+}
+
+static void args_of(napi_env env, napi_callback_info info, size_t want, napi_value *argv) {
+  size_t argc = want;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  for (size_t i = argc; i < want; i++) napi_get_undefined(env, &argv[i]);
+}
+
+static void set_time(struct timespec *ts, double ms) {
+  double secs = ms / 1000.0;
+  ts->tv_sec = (time_t)secs;
+  ts->tv_nsec = (long)((secs - (double)ts->tv_sec) * 1e9);
+  if (ts->tv_nsec < 0) ts->tv_nsec = 0;
+}
+
+// attr from a JS array: [ino, mode, nlink, uid, gid, size, mtimeMs]
+static int fill_stat(napi_env env, napi_value arr, struct stat *st) {
+  memset(st, 0, sizeof *st);
+  double v[7];
+  for (uint32_t i = 0; i < 7; i++) {
+    napi_value e;
+    if (napi_get_element(env, arr, i, &e) != napi_ok) return -1;
+    v[i] = num(env, e);
+  }
+  st->st_ino = (ino_t)v[0];
+  st->st_mode = (mode_t)v[1];
+  st->st_nlink = (nlink_t)v[2];
+  st->st_uid = (uid_t)v[3];
+  st->st_gid = (gid_t)v[4];
+  st->st_size = (off_t)v[5];
+  st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+  st->st_blksize = 1 << 20;
+  set_time(&st->st_mtim, v[6]);
+  st->st_atim = st->st_mtim;
+  st->st_ctim = st->st_mtim;
+  return 0;
+}
+
+// replyErr(req, errno)
+static napi_value reply_err(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  fuse_reply_err(r->req, (int)num(env, argv[1]));
+  answered(r);
+  return NULL;
+}
+
+// replyEntry(req, attr, entryTimeoutSec, attrTimeoutSec): attr null is a negative entry (ino 0).
+// Returns 0, or -errno when the kernel did not take the answer.
+static napi_value reply_entry(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  args_of(env, info, 4, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  struct fuse_entry_param e;
+  memset(&e, 0, sizeof e);
+  napi_valuetype t;
+  napi_typeof(env, argv[1], &t);
+  if (t == napi_object && fill_stat(env, argv[1], &e.attr) != 0) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: bad attributes");
+    return NULL;
+  }
+  e.ino = e.attr.st_ino;
+  e.generation = 1;
+  e.entry_timeout = num(env, argv[2]);
+  e.attr_timeout = num(env, argv[3]);
+  // Not 0 when the kernel no longer waited for it (an interrupted request): the lookup did not count.
+  int res = fuse_reply_entry(r->req, &e);
+  answered(r);
+  napi_value out;
+  napi_create_int32(env, res, &out);
+  return out;
+}
+
+// replyAttr(req, attr, attrTimeoutSec)
+static napi_value reply_attr(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  struct stat st;
+  if (fill_stat(env, argv[1], &st) != 0) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: bad attributes");
+    return NULL;
+  }
+  fuse_reply_attr(r->req, &st, num(env, argv[2]));
+  answered(r);
+  return NULL;
+}
+
+#define OPEN_KEEP_CACHE 1
+#define OPEN_CACHE_READDIR 2
+#define OPEN_DIRECT_IO 4
+
+// replyOpen(req, fh, flags): flags OPEN_KEEP_CACHE | OPEN_CACHE_READDIR | OPEN_DIRECT_IO
+static napi_value reply_open(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  struct fuse_file_info fi;
+  memset(&fi, 0, sizeof fi);
+  fi.fh = (uint64_t)num(env, argv[1]);
+  unsigned flags = (unsigned)num(env, argv[2]);
+  fi.keep_cache = (flags & OPEN_KEEP_CACHE) != 0;
+  fi.cache_readdir = (flags & OPEN_CACHE_READDIR) != 0;
+  fi.direct_io = (flags & OPEN_DIRECT_IO) != 0;
+  fi.noflush = 1; // nothing is ever written back: close(2) need not wait for us
+  fuse_reply_open(r->req, &fi);
+  answered(r);
+  return NULL;
+}
+
+// replyBuf(req, buffer, length): the kernel copies straight out of the Buffer's memory.
+static napi_value reply_buf(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  void *data = NULL;
+  size_t len = 0;
+  if (napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyBuf wants a Buffer");
+    return NULL;
+  }
+  double n = num(env, argv[2]);
+  if (n >= 0 && n < (double)len) len = (size_t)n;
+  fuse_reply_buf(r->req, data, len);
+  answered(r);
+  return NULL;
+}
+
+// replyDir(req, names, inos, isDir, start, size): entries from index `start` that fit in `size` bytes;
+// entry i has offset i + 1. Returns how many were sent.
+static napi_value reply_dir(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  args_of(env, info, 6, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  uint32_t count = 0;
+  napi_get_array_length(env, argv[1], &count);
+  uint32_t start = (uint32_t)num(env, argv[4]);
+  size_t size = (size_t)num(env, argv[5]);
+  char *buf = malloc(size ? size : 1);
+  if (!buf) {
+    fuse_reply_err(r->req, ENOMEM);
+    answered(r);
+    return NULL;
+  }
+  size_t used = 0;
+  uint32_t i = start;
+  char name[1024];
+  for (; i < count; i++) {
+    napi_value nv, iv, dv;
+    size_t nlen = 0;
+    napi_get_element(env, argv[1], i, &nv);
+    napi_get_element(env, argv[2], i, &iv);
+    napi_get_element(env, argv[3], i, &dv);
+    if (napi_get_value_string_utf8(env, nv, name, sizeof name, &nlen) != napi_ok) break;
+    bool dir = false;
+    napi_get_value_bool(env, dv, &dir);
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    st.st_ino = (ino_t)num(env, iv);
+    st.st_mode = dir ? S_IFDIR : S_IFREG;
+    size_t need = fuse_add_direntry(r->req, buf + used, size - used, name, &st, (off_t)i + 1);
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(r->req, buf, used);
+  free(buf);
+  answered(r);
+  napi_value out;
+  napi_create_uint32(env, i - start, &out);
+  return out;
+}
+
+// replyStatfs(req, [bsize, frsize, blocks, bfree, bavail, files, ffree, favail, fsid, flag, namemax])
+static napi_value reply_statfs(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  double v[11];
+  for (uint32_t i = 0; i < 11; i++) {
+    napi_value e;
+    napi_get_element(env, argv[1], i, &e);
+    v[i] = num(env, e);
+  }
+  struct statvfs s;
+  memset(&s, 0, sizeof s);
+  s.f_bsize = (unsigned long)v[0];
+  s.f_frsize = (unsigned long)v[1];
+  s.f_blocks = (fsblkcnt_t)v[2];
+  s.f_bfree = (fsblkcnt_t)v[3];
+  s.f_bavail = (fsblkcnt_t)v[4];
+  s.f_files = (fsfilcnt_t)v[5];
+  s.f_ffree = (fsfilcnt_t)v[6];
+  s.f_favail = (fsfilcnt_t)v[7];
+  s.f_fsid = (unsigned long)v[8];
+  s.f_flag = (unsigned long)v[9];
+  s.f_namemax = (unsigned long)v[10];
+  fuse_reply_statfs(r->req, &s);
+  answered(r);
+  return NULL;
+}
+
+static void tsfn_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  (void)data;
+}
+
+static napi_value throw_mount_error(napi_env env, const char *what) {
+  char text[700];
+  snprintf(text, sizeof text, "%s%s%s", what, last_log[0] ? ": " : "", last_log);
+  napi_throw_error(env, "ERR_FUSE_MOUNT", text);
+  return NULL;
+}
+
+// mount(mountPoint, options: string[] (argv for fuse_session_new), onRequest, {maxBackground,
+// congestionThreshold, parallelDirops}) -> mount handle. Mounts and starts the receive thread.
+static napi_value do_mount(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  args_of(env, info, 4, argv);
+  char mountpoint[4096];
+  size_t len = 0;
+  CHECK(napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len));
+  uint32_t nopts = 0;
+  CHECK(napi_get_array_length(env, argv[1], &nopts));
+  char **fargv = calloc(nopts + 2, sizeof(char *));
+  if (!fargv) return throw_mount_error(env, "out of memory");
+  fargv[0] = strdup("gcsmount");
+  for (uint32_t i = 0; i < nopts; i++) {
+    napi_value e;
+    size_t n = 0;
+    napi_get_element(env, argv[1], i, &e);
+    napi_get_value_string_utf8(env, e, NULL, 0, &n);
+    fargv[i + 1] = malloc(n + 1);
+    napi_get_value_string_utf8(env, e, fargv[i + 1], n + 1, &n);
+  }
+  struct mount *m = calloc(1, sizeof *m);
+  napi_value v;
+  m->max_background = 64;
+  m->congestion_threshold = 48;
+  m->want_parallel_dirops = 1;
+  if (napi_get_named_property(env, argv[3], "maxBackground", &v) == napi_ok) {
+    double d = num(env, v);
+    if (d > 0) m->max_background = (unsigned)d;
+  }
+  if (napi_get_named_property(env, argv[3], "congestionThreshold", &v) == napi_ok) {
+    double d = num(env, v);
+    if (d > 0) m->congestion_threshold = (unsigned)d;
+  }
+  if (napi_get_named_property(env, argv[3], "parallelDirops", &v) == napi_ok) {
+    bool b = true;
+    if (napi_get_value_bool(env, v, &b) == napi_ok) m->want_parallel_dirops = b;
+  }
+  atomic_init(&m->outstanding, 0);
+
+  last_log[0] = 0;
+  log_to_stderr = getenv("GCSMOUNT_FUSE_DEBUG") != NULL;
+  fuse_set_log_func(log_to_buffer);
+  struct fuse_args args = FUSE_ARGS_INIT((int)nopts + 1, fargv);
+  m->se = fuse_session_new(&args, &ll_ops, sizeof ll_ops, m);
+  fuse_opt_free_args(&args);
+  for (uint32_t i = 0; i <= nopts; i++) free(fargv[i]);
+  free(fargv);
+  if (!m->se) {
+    free(m);
+    return throw_mount_error(env, "libfuse3 refused the options");
+  }
+  if (fuse_session_mount(m->se, mountpoint) != 0) {
+    fuse_session_destroy(m->se);
+    free(m);
+    return throw_mount_error(env, "cannot mount");
+  }
+  // The same /dev/fuse descriptor, read and written through dev_read/dev_writev.
+  if (fuse_session_custom_io(m->se, &dev_io, fuse_session_fd(m->se)) != 0) {
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    free(m);
+    return throw_mount_error(env, "cannot set up /dev/fuse I/O");
+  }
+  napi_value name;
+  napi_create_string_utf8(env, "gcsmount_fuse", NAPI_AUTO_LENGTH, &name);
+  // 1024 requests queued for JavaScript at most; past that the receive thread waits.
+  if (napi_create_threadsafe_function(env, argv[2], NULL, name, 1024, 1, NULL, tsfn_finalize, m, call_js, &m->tsfn) != napi_ok) {
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    free(m);
+    return throw_mount_error(env, "cannot create the request queue");
+  }
+  if (pthread_create(&m->thread, NULL, receive_loop, m) != 0) {
+    napi_release_threadsafe_function(m->tsfn, napi_tsfn_abort);
+    fuse_session_unmount(m->se);
+    fuse_session_destroy(m->se);
+    free(m);
+    return throw_mount_error(env, "cannot start the receive thread");
+  }
+  m->thread_started = 1;
+  napi_value out;
+  // The handle lives as long as the process: the session may outlive every JS reference to it.
+  CHECK(napi_create_external(env, m, NULL, NULL, &out));
+  return out;
+}
+
+#define EXPORT(name, fn)                                                   \
+  do {                                                                     \
+    napi_value f;                                                          \
+    CHECK(napi_create_function(env, name, NAPI_AUTO_LENGTH, fn, NULL, &f)); \
+    CHECK(napi_set_named_property(env, exports, name, f));                 \
+  } while (0)
+
+static napi_value init(napi_env env, napi_value exports) {
+  EXPORT("mount", do_mount);
+  EXPORT("replyErr", reply_err);
+  EXPORT("replyEntry", reply_entry);
+  EXPORT("replyAttr", reply_attr);
+  EXPORT("replyOpen", reply_open);
+  EXPORT("replyBuf", reply_buf);
+  EXPORT("replyDir", reply_dir);
+  EXPORT("replyStatfs", reply_statfs);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,69 @@
+import { spawn } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadFuse, OP, type FuseRequest } from '../src/fs/kernel.js';
+import { eventually, run, tempDir } from './helpers/harness.js';
+
+/**
+ * The addon on its own, mounted by this process with handlers that hold requests on purpose. Only other
+ * processes touch the mount (this one answers it).
+ */
+describe('the FUSE addon', () => {
+  let dir: string | null = null;
+
+  afterAll(async () => {
+    const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+    if (dir && text.split('\n').some((l) => l.split(' ')[4] === dir)) await run('fusermount3', ['-u', '-z', dir]);
+  });
+
+  it('answers a request once, and an answer after an interrupt or after the mount is gone is harmless', async () => {
+    const fuse = loadFuse();
+    dir = await tempDir('addon');
+    const held: FuseRequest[] = [];
+    let exited!: () => void;
+    const ended = new Promise<void>((r) => (exited = r));
+    fuse.mount(
+      dir,
+      ['-o', 'ro,fsname=addon-test,subtype=gcsmount'],
+      (op, req) => {
+        if (op === OP.EXITED) return exited();
+        if (!req) return;
+        if (op === OP.GETATTR) return fuse.replyAttr(req, [1, 0o040755, 2, 0, 0, 4096, 0], 0);
+        if (op === OP.LOOKUP) return void held.push(req); // answered by the test
+        fuse.replyErr(req, 38);
+      },
+      { maxBackground: 16, congestionThreshold: 12, parallelDirops: true },
+    );
+    const stat = (name: string) => {
+      const child = spawn('stat', [join(dir!, name)], { stdio: 'ignore' });
+      const code = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+      return { child, code };
+    };
+
+    // Answered once; a second answer is refused, not sent.
+    const first = stat('a');
+    await eventually(async () => held.length === 1);
+    fuse.replyErr(held[0]!, 2);
+    expect(() => fuse.replyErr(held[0]!, 2)).toThrow(/answered twice/);
+    expect(await first.code).not.toBe(0);
+
+    // Interrupted: the process is killed while the daemon holds its lookup; the late answer is harmless.
+    const second = stat('b');
+    await eventually(async () => held.length === 2);
+    second.child.kill('SIGKILL');
+    await new Promise((r) => setTimeout(r, 200));
+    fuse.replyErr(held[1]!, 2);
+    expect(await second.code).toBe(null);
+
+    // The connection is aborted (umount -f) while a lookup is held: answering it afterwards is harmless.
+    const third = stat('c');
+    await eventually(async () => held.length === 3);
+    await run('umount', ['-f', dir]);
+    await ended;
+    expect(await third.code).not.toBe(0);
+    // The kernel did not take it, and says so (the lookup must not be counted).
+    expect(fuse.replyEntry(held[2]!, [5, 0o100644, 1, 0, 0, 1, 0], 1, 1)).not.toBe(0);
+    expect(() => fuse.replyErr(held[2]!, 2)).toThrow(/answered twice/);
+  });
+});
