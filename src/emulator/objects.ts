@@ -107,7 +107,7 @@ async function describe(
   wantHashes: boolean,
 ): Promise<{ obj: StoredObject; hashes: Hashes | null } | null> {
   const { store } = ctx.shared;
-  const obj = await store.statPath(bucket, name, path);
+  const obj = store.statPathSync(bucket, name, path);
   if (!obj || !wantHashes) return obj && { obj, hashes: null };
   const cached = ctx.shared.hashes.peek(obj);
   if (cached) return { obj, hashes: await cached };
