@@ -66,6 +66,7 @@ export class Store {
   private readonly indexCache = new Map<string, { key: string; names: Set<string> }>();
   private readonly encodingsCache = new Map<string, { key: string; entries: Map<string, StoredEncoding> }>();
   private readonly folderCache = new Map<string, { stamp: string; entries: readonly SortedEntry[] }>();
+  private readonly folderReads = new Map<string, Promise<readonly SortedEntry[]>>();
 
   constructor(readonly root: string) {}
 
@@ -220,6 +221,17 @@ export class Store {
     const stamp = `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}:${st.size}`;
     const hit = this.folderCache.get(abs);
     if (hit && hit.stamp === stamp) return hit.entries;
+    // Concurrent pages of one large folder share one read of it.
+    const key = `${abs}\0${stamp}`;
+    let reading = this.folderReads.get(key);
+    if (!reading) {
+      reading = this.readSorted(abs, stamp).finally(() => this.folderReads.delete(key));
+      this.folderReads.set(key, reading);
+    }
+    return reading;
+  }
+
+  private async readSorted(abs: string, stamp: string): Promise<readonly SortedEntry[]> {
     const entries: SortedEntry[] = [];
     for (const ent of await readdirOrEmpty(abs)) {
       if (ent.name.startsWith(SIDE_DIR)) continue;

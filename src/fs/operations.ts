@@ -96,7 +96,11 @@ export function createOperations(deps: OperationDeps): { ops: FuseOps; handles: 
 
     readdir: (path, cb) => {
       namespace.readdir(path).then(
-        (entries) => cb(0, ['.', '..', ...entries.map((e) => e.name)]),
+        (listing) => {
+          const names = listing.names();
+          names.unshift('.', '..');
+          cb(0, names);
+        },
         (err) => cb(fail('readdir', path, err, errnoFor(err))),
       );
     },
