@@ -359,7 +359,7 @@ export class RangeLister {
 /**
  * Where to cut (cursor, hi) into more parts, from the names of the page just listed: at the position
  * where the page's names differ, and each shorter position, every character the page's names use that
- * sorts after the cursor's character there. Nearest first: '10898' after a page '0'..'10898' gives
+ * sorts after the cursor's character there (characters from where the names vary on). Nearest first: '10898' after a page '0'..'10898' gives
  * '2', '3', ... '9'; 'c.54320' after 'c.53421'.. gives 'c.55' .. 'c.59', then 'c.6' .. 'c.9'. A guess can
  * make an empty part (one request); the parts left large are cut again when their pages come back.
  */
@@ -368,8 +368,9 @@ export function splitPoints(cursor: string, hi: string | null, sample: readonly 
   let q = 0;
   while (q < first.length && q < cursor.length && first.charCodeAt(q) === cursor.charCodeAt(q)) q++;
   q = Math.min(q, cursor.length - 1);
+  // The characters of the part where the names vary (a shared 'c.' prefix says nothing about the rest).
   const alphabet = new Set<number>();
-  for (const k of sample) for (let i = 0; i < k.length; i++) alphabet.add(k.charCodeAt(i));
+  for (const k of sample) for (let i = q; i < k.length; i++) alphabet.add(k.charCodeAt(i));
   const chars = [...alphabet].sort((a, b) => a - b);
   const out: string[] = [];
   for (let p = q; p >= 0 && out.length < want; p--) {
