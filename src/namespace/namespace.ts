@@ -197,7 +197,7 @@ export class Namespace {
     const prefix = this.deps.names.dirPrefix(path);
     const listing = new Listing(prefix);
     const lister: RangeLister = new RangeLister({
-      fetch: (start, end) => this.folderPage(prefix, start, end),
+      fetch: (start, end, token) => this.folderPage(prefix, start, end, token),
       onPage: (keys, metas) => listing.add(ListingRun.of(keys, metas)),
       workers: this.workers,
       maxParallel: Math.max(1, this.prefetch.maxWorkers),
@@ -244,13 +244,14 @@ export class Namespace {
   }
 
   /** One page of a folder with delimiter '/': objects and sub-folders merged in key order. */
-  private async folderPage(prefix: string, start: string, end: string | null): Promise<FetchedPage> {
+  private async folderPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
     const page = await this.deps.client.list({
       prefix,
       delimiter: '/',
       maxResults: LIST_PAGE,
       ...(start ? { startOffset: prefix + start } : {}),
       ...(end !== null ? { endOffset: prefix + end } : {}),
+      ...(pageToken ? { pageToken } : {}),
     });
     const keys: string[] = [];
     const metas: (ObjectMeta | null)[] = [];
@@ -281,7 +282,7 @@ export class Namespace {
         }
       }
     }
-    return { keys, metas, lastKey, more: page.nextPageToken !== null };
+    return { keys, metas, lastKey, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
   }
 
   // ---------------------------------------------------------------- walks
@@ -321,7 +322,7 @@ export class Namespace {
       expiresAt: performance.now() + this.ttl,
     };
     walk.lister = new RangeLister({
-      fetch: (start, end) => this.flatPage(prefix, start, end),
+      fetch: (start, end, token) => this.flatPage(prefix, start, end, token),
       onPage: (keys, metas) => this.fillWalk(walk, prefix, keys, metas),
       workers: this.workers,
       maxParallel: parts,
@@ -359,15 +360,16 @@ export class Namespace {
   }
 
   /** One flat page of the walk's subtree: every object, keys relative to the subtree. */
-  private async flatPage(prefix: string, start: string, end: string | null): Promise<FetchedPage> {
+  private async flatPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
     const page = await this.deps.client.list({
       prefix,
       maxResults: LIST_PAGE,
       ...(start ? { startOffset: prefix + start } : {}),
       ...(end !== null ? { endOffset: prefix + end } : {}),
+      ...(pageToken ? { pageToken } : {}),
     });
     const keys = page.objects.map((o) => o.name.slice(prefix.length));
-    return { keys, metas: page.objects, lastKey: keys.at(-1) ?? null, more: page.nextPageToken !== null };
+    return { keys, metas: page.objects, lastKey: keys.at(-1) ?? null, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
   }
 
   /**

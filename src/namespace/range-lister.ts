@@ -11,10 +11,15 @@ export interface FetchedPage {
   lastKey: string | null;
   /** GCS has more beyond lastKey (a nextPageToken). */
   more: boolean;
+  /** GCS's token for the next page of the same request (same start and end), when it gave one. */
+  nextPageToken?: string | null;
 }
 
-/** Lists keys in [start, end) (end null: to the end), one page. */
-export type PageFetcher = (start: string, end: string | null) => Promise<FetchedPage>;
+/**
+ * Lists keys in [start, end) (end null: to the end), one page; with `pageToken`, the page after the one
+ * that gave it, of the request with this same start and end.
+ */
+export type PageFetcher = (start: string, end: string | null, pageToken?: string) => Promise<FetchedPage>;
 
 /**
  * Background list requests across the whole mount (gcsfuse's --metadata-prefetch-max-workers): a
@@ -84,6 +89,13 @@ interface Segment {
   lo: string;
   hi: string | null;
   cursor: string | null;
+  /**
+   * The next page of the request the last page came from (its start, its end, GCS's token): a token goes
+   * on exactly where that page ended, while a startOffset at the cursor would list the cursor's key again
+   * and cost a page more for every 999 names. Only while the part still ends there: a part cut shorter
+   * starts afresh at its cursor, rather than fetch pages of names that belong to the part after it.
+   */
+  resume: { start: string; end: string | null; token: string } | null;
   done: boolean;
   inFlight: boolean;
   queued: { promote(): void } | null;
@@ -145,7 +157,7 @@ export class RangeLister {
   start(from: string, urgent: boolean, splits: readonly string[] = []): void {
     this.urgent = urgent;
     const points = [...new Set(['', from, ...splits])].sort(compareKeys);
-    for (let i = 0; i < points.length; i++) this.segments.push({ lo: points[i]!, hi: points[i + 1] ?? null, cursor: null, done: false, inFlight: false, queued: null });
+    for (let i = 0; i < points.length; i++) this.segments.push({ lo: points[i]!, hi: points[i + 1] ?? null, cursor: null, resume: null, done: false, inFlight: false, queued: null });
     for (const s of this.segments) this.next(s, urgent || s.lo === from);
   }
 
@@ -218,7 +230,7 @@ export class RangeLister {
       if (!s.inFlight) this.next(s, true);
       return;
     }
-    const part: Segment = { lo: key, hi: s.hi, cursor: null, done: false, inFlight: false, queued: null };
+    const part: Segment = { lo: key, hi: s.hi, cursor: null, resume: null, done: false, inFlight: false, queued: null };
     s.hi = key;
     this.insert(part);
     this.next(part, true);
@@ -261,10 +273,12 @@ export class RangeLister {
   private async page(s: Segment): Promise<void> {
     if (s.done || s.inFlight || this.failure) return;
     s.inFlight = true;
-    const from = s.cursor ?? s.lo;
+    const resume = s.resume !== null && s.resume.end === s.hi ? s.resume : null;
+    const from = resume?.start ?? s.cursor ?? s.lo;
+    const end = resume ? resume.end : s.hi;
     let page: FetchedPage;
     try {
-      page = await this.cfg.fetch(from, s.hi);
+      page = resume ? await this.cfg.fetch(from, end, resume.token) : await this.cfg.fetch(from, end);
     } catch (err) {
       s.inFlight = false;
       this.fail(err);
@@ -289,6 +303,7 @@ export class RangeLister {
       s.done = true;
     } else {
       s.cursor = last;
+      s.resume = page.nextPageToken ? { start: from, end, token: page.nextPageToken } : null;
       this.split(s, page.keys);
     }
     // The entries and the coverage they prove change together: onPage may ask what is covered now.
@@ -312,7 +327,7 @@ export class RangeLister {
     const hi = s.hi;
     s.hi = points[0]!;
     for (let i = 0; i < points.length; i++) {
-      const part: Segment = { lo: points[i]!, hi: points[i + 1] ?? hi, cursor: null, done: false, inFlight: false, queued: null };
+      const part: Segment = { lo: points[i]!, hi: points[i + 1] ?? hi, cursor: null, resume: null, done: false, inFlight: false, queued: null };
       this.insert(part);
       this.next(part, this.needed(part));
     }
