@@ -109,8 +109,12 @@ export async function metadataScenario(): Promise<string> {
     const stats = await sh(join(process.cwd(), 'bin/gcsmount'), ['stats', m.path, '--json']);
     let memory = '';
     if (stats.code === 0) {
-      const g = (JSON.parse(stats.stdout) as { gauges: Record<string, number> }).gauges;
-      memory = `listings held: ${g.meta_listing_folders} folders, ${g.meta_listing_entries} entries, ${((g.meta_listing_bytes ?? 0) / 2 ** 20).toFixed(1)} MiB of the ${((g.meta_stat_limit_bytes ?? 0) / 2 ** 20).toFixed(0)} MiB stat budget`;
+      const g = (JSON.parse(stats.stdout) as { gauges: Record<string, number | undefined> }).gauges;
+      // A daemon without the per-cache gauges (the baseline build) reports none.
+      memory =
+        g.meta_listing_bytes === undefined
+          ? 'listings held: not reported by this build'
+          : `listings held: ${g.meta_listing_folders} folders, ${g.meta_listing_entries} entries, ${(g.meta_listing_bytes / 2 ** 20).toFixed(1)} MiB of the ${((g.meta_stat_limit_bytes ?? 0) / 2 ** 20).toFixed(0)} MiB stat budget`;
     }
     await m.unmount();
     return [
