@@ -79,16 +79,21 @@ describe('compact listings', () => {
 });
 
 describe('splitting a listing into parts', () => {
-  it('cuts after a page at the characters its names use, nearest first, within the part', () => {
+  it('cuts after a page at the characters its names use where they vary, one position back first, within the part', () => {
     // The first page of the names 0..99999: '0', '1', '10', '100', '1000', '10000' ... '10897'.
     const page = Array.from({ length: 100_000 }, (_, i) => String(i)).sort(compareKeys).slice(0, 1000);
     expect(splitPoints(page.at(-1)!, null, page, 9, true)).toEqual(['2', '3', '4', '5', '6', '7', '8', '9']);
     const mid = Array.from({ length: 900 }, (_, i) => `c.${53421 + i}`);
     expect(splitPoints(mid.at(-1)!, null, mid, 9, true)).toEqual(['c.55', 'c.56', 'c.57', 'c.58', 'c.59', 'c.6', 'c.7', 'c.8', 'c.9']);
     expect(splitPoints(mid.at(-1)!, 'c.57', mid, 9, true)).toEqual(['c.55', 'c.56']);
-    // With a delimiter a key is one name: never a point inside a sub-folder's range ('a/c').
-    expect(splitPoints('a/b', null, ['a/a', 'a/b', 'a/c'], 3, true)).toEqual(['aa', 'ab', 'ac']);
-    expect(splitPoints('a/b', null, ['a/a', 'a/b', 'a/c'], 3, false)).toEqual(['a/c', 'aa', 'ab']);
+    // Zero-padded names: parts of 10,000 names ('c01'..), not of one page ('c001'..), which would cost a
+    // request each to find where the page's part ends.
+    const padded = Array.from({ length: 1000 }, (_, i) => `c${String(i).padStart(6, '0')}`);
+    expect(splitPoints(padded.at(-1)!, null, padded, 9, true)).toEqual(['c01', 'c02', 'c03', 'c04', 'c05', 'c06', 'c07', 'c08', 'c09']);
+    // With a delimiter a key is one name: never a point inside a sub-folder's range ('a/c'); a position
+    // holding a character the names do not vary in ('/') is no place to cut.
+    expect(splitPoints('a/b', null, ['a/a', 'a/b', 'a/c'], 3, true)).toEqual(['b', 'c']);
+    expect(splitPoints('a/b', null, ['a/a', 'a/b', 'a/c'], 3, false)).toEqual(['a/c', 'b', 'c']);
   });
 });
 
@@ -144,7 +149,8 @@ describe('a listing in parts', () => {
     // A part that goes on by token never lists its last key again: a key is seen twice only where a part
     // was cut and starts afresh at its cursor (a few dozen cuts at most), not once per page as with offsets.
     expect(repeated).toBeLessThanOrEqual(25);
-    expect(requests).toBeLessThan(50 + 25);
+    // 50 pages, plus guessed parts past the last name (c05..c09) and pages that find where a cut part ends.
+    expect(requests).toBeLessThan(50 + 30);
   });
 
   it('answers every name it covers, present or absent, before and after the offset, and ends complete', async () => {
@@ -259,6 +265,32 @@ describe('metadata at scale through the mount', () => {
     expect(tb.emulator.stats().requests.total).toBe(0);
     await unmount(m.path);
   }, 120_000);
+
+  it('a walk pauses 50,000 entries ahead of its reader, even inside one huge folder it has not finished', async () => {
+    for (const d of ['top/x', 'top/y', 'top/z/huge']) await fsp.mkdir(join(tb.root, tb.bucket, d), { recursive: true });
+    emptyObjects(tb, 'top/x', 3, (i) => `f${i}`);
+    emptyObjects(tb, 'top/y', 3, (i) => `f${i}`);
+    emptyObjects(tb, 'top/z/huge', 120_000, (i) => `c.${i}`);
+    const m = await mount({ tb });
+    tb.emulator.resetStats();
+    // A walk starts: `top` was read, and now one of its sub-folders.
+    const r = await run('sh', ['-c', `ls ${join(m.path, 'top')} > /dev/null && ls ${join(m.path, 'top/x')}`]);
+    expect(r.stdout.trim().split('\n')).toEqual(['f0', 'f1', 'f2']);
+    // Let the walk run until it pauses (no new list request for a second).
+    let last = -1;
+    for (let i = 0; i < 60 && tb.emulator.stats().requests.list !== last; i++) {
+      last = tb.emulator.stats().requests.list;
+      await sleep(1000);
+    }
+    expect((await statsOf(m.path)).counters.meta_walks).toBe(1);
+    // The root, `top`, then 50,000 entries of the walk (50 pages) and the pages in flight when it paused;
+    // not the 120 pages of top/z/huge.
+    const lists = tb.emulator.stats().requests.list;
+    expect(lists).toBeGreaterThanOrEqual(40);
+    expect(lists).toBeLessThanOrEqual(80);
+    await unmount(m.path);
+    await fsp.rm(join(tb.root, tb.bucket, 'top'), { recursive: true, force: true });
+  }, 180_000);
 
   it('answers a lookup at once while readahead of a 1 GiB file fills --max-conns-per-host 4', async () => {
     await fsp.mkdir(join(tb.root, tb.bucket, 'data'), { recursive: true });

@@ -25,8 +25,9 @@ const LIST_PAGE = 1000;
 const LIST_AFTER_MISSES = 2;
 
 /**
- * Entries a walk lists beyond what its reader has read: the walk pauses there, so `ls a; ls a/b` at the
- * top of a large bucket costs a few dozen requests, not the bucket.
+ * Entries a walk lists beyond what its reader has read (complete folders not read yet, and folders it is
+ * still in the middle of): the walk pauses there, so `ls a; ls a/b` at the top of a large bucket costs a
+ * few dozen requests, not the bucket, even where one folder below holds millions of objects.
  */
 const WALK_AHEAD_ENTRIES = 50_000;
 
@@ -71,6 +72,8 @@ interface Walk {
   /** Complete folders nobody has read yet, and their entries (the walk pauses past WALK_AHEAD_ENTRIES). */
   unread: Map<string, Listing>;
   unreadEntries: number;
+  /** Entries in `open` folders: a huge folder deep below is held here until it completes. */
+  openEntries: number;
   expiresAt: number;
 }
 
@@ -319,6 +322,7 @@ export class Namespace {
       open: new Map(),
       unread: new Map(),
       unreadEntries: 0,
+      openEntries: 0,
       expiresAt: performance.now() + this.ttl,
     };
     walk.lister = new RangeLister({
@@ -327,7 +331,7 @@ export class Namespace {
       workers: this.workers,
       maxParallel: parts,
       delimited: false,
-      paused: () => walk.unreadEntries > WALK_AHEAD_ENTRIES,
+      paused: () => walk.unreadEntries + walk.openEntries > WALK_AHEAD_ENTRIES,
     });
     this.walks.push(walk);
     this.deps.metrics.inc('meta_walks');
@@ -413,13 +417,17 @@ export class Namespace {
     }
     for (const rel of touched) {
       const f = walk.open.get(rel)!;
-      if (f.keys.length > 0) f.listing.add(ListingRun.of(f.keys, f.metas));
+      if (f.keys.length > 0) {
+        f.listing.add(ListingRun.of(f.keys, f.metas));
+        walk.openEntries += f.keys.length;
+      }
       f.keys = [];
       f.metas = [];
     }
     for (const [rel, f] of walk.open) {
       if (!(rel === '' ? walk.lister.coversRange('', null) || walk.lister.done : walk.lister.coversRange(`${rel}/`, `${rel}0`))) continue;
       walk.open.delete(rel);
+      walk.openEntries -= f.listing.count;
       f.listing.compact((name) => this.hideConflict(name));
       const path = rel === '' ? walk.root : walk.root === '/' ? `/${rel}` : `${walk.root}/${rel}`;
       this.deps.cache.rememberListing(path, f.listing);
