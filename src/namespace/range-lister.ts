@@ -101,6 +101,14 @@ interface Segment {
   queued: { promote(): void } | null;
 }
 
+/**
+ * Full pages (GCS said there is more) a listing must have had before it is cut into parts: a folder of
+ * up to this many pages costs exactly its pages, one after another, as a plain listing would (cut
+ * parts cost a request or two each to find where they end, and guesses past the last name an empty
+ * page each: 20 requests instead of 3 for 2,500 names). Larger folders lose that many round trips.
+ */
+const SPLIT_AFTER_FULL_PAGES = 3;
+
 /** Someone waiting for keys [from, to) to be covered (a lookup: one key; a walk's reader: a folder). */
 interface Waiter {
   from: string;
@@ -125,6 +133,7 @@ export class RangeLister {
   private urgent = false;
   private failure: unknown = null;
   private entries = 0;
+  private fullPages = 0;
   private readonly finished: Promise<void>;
   private settle!: (err: unknown) => void;
 
@@ -304,7 +313,7 @@ export class RangeLister {
     } else {
       s.cursor = last;
       s.resume = page.nextPageToken ? { start: from, end, token: page.nextPageToken } : null;
-      this.split(s, page.keys);
+      if (++this.fullPages >= SPLIT_AFTER_FULL_PAGES) this.split(s, page.keys);
     }
     // The entries and the coverage they prove change together: onPage may ask what is covered now.
     this.entries += keys.length;
