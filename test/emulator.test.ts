@@ -257,6 +257,56 @@ describe('listing', () => {
     expect(files.map((f) => f.name)).toEqual(['many/f2495', 'many/f2496', 'many/f2497', 'many/f2498', 'many/f2499', 'many/sub1/x', 'many/sub2/deeper/y']);
   });
 
+  it('pages with any prefix, delimiter and start/end offsets exactly as a sort of every name says', async () => {
+    // The listing walks folders in name order and stops after a page: check it against the plain rule.
+    const names = ['off/a', 'off/a-b', 'off/a.0', 'off/a0', 'off/b/x', 'off/b/y/z', 'off/b-', 'off/c', 'off/d/e/f', 'off/d/g', 'off/é', 'off/z'];
+    for (let i = 0; i < 40; i++) names.push(`off/b/n${String(i).padStart(2, '0')}`, `off/m${i}`);
+    for (const n of names) {
+      await fsp.mkdir(path.dirname(path.join(root, 'bkt', n)), { recursive: true });
+      await fsp.writeFile(path.join(root, 'bkt', n), n);
+    }
+    const sorted = [...names].sort(byteOrder);
+    const expected = (prefix: string, delimiter: string | null, S: string | null, E: string | null): string[] => {
+      const out: string[] = [];
+      for (const n of sorted) {
+        if (!n.startsWith(prefix) || (S !== null && byteOrder(n, S) < 0) || (E !== null && byteOrder(n, E) >= 0)) continue;
+        const i = delimiter ? n.indexOf(delimiter, prefix.length) : -1;
+        const key = i >= 0 ? `${n.slice(0, i + 1)}/` : n;
+        if (out.at(-1) !== key) out.push(key);
+      }
+      return out;
+    };
+    const listed = async (prefix: string, delimiter: string | null, S: string | null, E: string | null, maxResults: number): Promise<string[]> => {
+      const out: string[] = [];
+      let token: string | undefined;
+      do {
+        const q = new URLSearchParams({ prefix, maxResults: String(maxResults), fields: 'items(name),prefixes,nextPageToken' });
+        if (delimiter) q.set('delimiter', delimiter);
+        if (S) q.set('startOffset', S);
+        if (E) q.set('endOffset', E);
+        if (token) q.set('pageToken', token);
+        const r = await rawJson(`/storage/v1/b/bkt/o?${q}`);
+        const page = [...(r.body.items ?? []).map((x: { name: string }) => x.name), ...(r.body.prefixes ?? []).map((p: string) => `${p}/`)];
+        expect(page.length).toBeLessThanOrEqual(maxResults);
+        out.push(...page);
+        token = r.body.nextPageToken;
+      } while (token);
+      return out.sort(byteOrder);
+    };
+    const offsets = [null, 'off/a.', 'off/b/', 'off/b/n1', 'off/b/y', 'off/m3', 'off/é'];
+    for (const delimiter of [null, '/']) {
+      for (const S of offsets) {
+        for (const E of offsets) {
+          for (const maxResults of [3, 1000]) {
+            // Prefixes are marked with a second '/', so an item and a prefix of one name stay apart.
+            const want = expected('off/', delimiter, S, E).sort(byteOrder);
+            expect(await listed('off/', delimiter, S, E, maxResults), `${delimiter} ${S} ${E} ${maxResults}`).toEqual(want);
+          }
+        }
+      }
+    }
+  });
+
   it('caps pages at the pageSize knob and validates maxResults/pageToken', async () => {
     await withKnobs({ pageSize: 100 }, async () => {
       const r = await rawJson('/storage/v1/b/bkt/o?prefix=many/&maxResults=1000&fields=items(name),nextPageToken');

@@ -70,9 +70,13 @@ describe('hostile names and bad input', () => {
     const lists = tb.emulator.stats().requests.list;
     await unmount(m.path);
     // 100 pages and the lookup, plus any page the daemon cut as stalled and asked again (a loaded machine
-    // can keep the emulator silent past the stall timeout while it reads a 100,000-entry folder).
+    // can keep the emulator silent past the stall timeout while it reads a 100,000-entry folder). The
+    // folder is listed in up to ten parts at once (startOffset/endOffset): a part cut where a full page
+    // ended asks once more to find its end, and a guessed part past the last name costs one empty page;
+    // a few here (parts of 10,000 names: 'c01'..'c09'), never a page per name.
     const stalls = (await finalCounters(m.logFile)).gcs_stalls ?? 0;
-    expect(lists).toBeLessThanOrEqual(102 + stalls);
+    expect(lists).toBeGreaterThanOrEqual(101);
+    expect(lists).toBeLessThanOrEqual(120 + stalls);
     await fsp.rm(dir, { recursive: true, force: true });
   }, 240_000);
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ObjectMeta } from '../src/gcs/object-client.js';
 import type { DirEntry } from '../src/namespace/entry.js';
+import { listingOf } from '../src/namespace/listing.js';
 import { MetadataCache, type MetadataCacheConfig } from '../src/namespace/metadata-cache.js';
 import { Metrics } from '../src/observe/metrics.js';
 
@@ -39,8 +40,10 @@ describe('metadata cache', () => {
       { name: 'f', entry: { kind: 'file', meta: meta('dir/f') } },
       { name: 'sub', entry: { kind: 'dir', mtimeMs: null } },
     ];
-    cache.rememberListing('/dir', entries);
-    expect(cache.listing('/dir')).toBe(entries);
+    const listing = listingOf('dir/', entries);
+    cache.rememberListing('/dir', listing);
+    expect(cache.listing('/dir')).toBe(listing);
+    expect(listing.entries()).toEqual(entries);
     expect(cache.lookup('/dir/f', '/dir')).toMatchObject({ kind: 'file' });
     expect(cache.lookup('/dir/sub', '/dir')).toMatchObject({ kind: 'dir' });
     expect(cache.lookup('/dir/none', '/dir')).toBe('missing');
@@ -55,7 +58,7 @@ describe('metadata cache', () => {
     expect(forever.cache.lookup('/a', '/')).toBeDefined();
     const off = make({ ttl: { kind: 'off' } });
     off.cache.remember('/a', { kind: 'file', meta: meta('a') });
-    off.cache.rememberListing('/', [{ name: 'a', entry: { kind: 'file', meta: meta('a') } }]);
+    off.cache.rememberListing('/', listingOf('', [{ name: 'a', entry: { kind: 'file', meta: meta('a') } }]));
     off.cache.remember('/gone', null);
     expect(off.cache.lookup('/a', '/')).toBeUndefined();
     expect(off.cache.lookup('/gone', '/')).toBe('missing');

@@ -37,6 +37,8 @@ const MIB = 1024 * 1024;
  * adaptive limit to halve from on a 429. gcsfuse keeps up to 100 idle connections by default.
  */
 const UNLIMITED_CONNECTIONS_CEILING = 100;
+/** gcsfuse's -1 (unlimited) for --metadata-prefetch-max-workers: parts of one listing still need a bound. */
+const UNLIMITED_LIST_WORKERS = 64;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
@@ -161,6 +163,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
       maxDelayMs: v['max-retry-sleep'],
     },
     concurrency,
+    // Lookups and listings never wait for sockets or slots that downloads hold: their own pool, as large.
+    metadata: { connections: maxConnections, concurrency: new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 }) },
     rate,
     stall,
     maxRetryDurationMs: v['max-retry-duration'],
@@ -173,6 +177,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
     ...clientConfig,
     retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 },
     concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
+    metadata: null,
     rate: null,
   });
   try {
@@ -215,7 +220,19 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   );
   const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
   const names = new NameMapper(v['only-dir'] || null);
-  const namespace = new Namespace({ client, names, cache, listTtlMs, once, metrics });
+  const namespace = new Namespace({
+    client,
+    names,
+    cache,
+    listTtlMs,
+    prefetch: {
+      enabled: v['enable-metadata-prefetch'],
+      entriesLimit: v['metadata-prefetch-entries-limit'] < 0 ? Number.POSITIVE_INFINITY : v['metadata-prefetch-entries-limit'],
+      maxWorkers: v['metadata-prefetch-max-workers'] < 0 ? UNLIMITED_LIST_WORKERS : Math.max(1, v['metadata-prefetch-max-workers']),
+    },
+    once,
+    metrics,
+  });
   const prefetchOn = (v['prefetch-zarr'] || v['prefetch-siblings']) && v['prefetch-max-files-ahead'] > 0;
   const prefetcher = prefetchOn
     ? new Prefetcher({

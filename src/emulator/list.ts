@@ -1,6 +1,7 @@
 // objects.list semantics: prefix/delimiter collapsing, start/end offsets, and paging in name order.
 import { allNamesBelow, compareNames } from './names.js';
-import type { DirDecision, Store } from './store.js';
+import { join } from 'node:path';
+import type { DirDecision, SortedEntry, Store } from './store.js';
 
 export interface ListQuery {
   prefix: string;
@@ -67,6 +68,12 @@ function decodeToken(token: string): Cursor {
   throw new ListQueryError(`Invalid page token: ${token}`);
 }
 
+/**
+ * One page, found by walking the bucket folder in name order from the page's lower bound (the prefix,
+ * startOffset or page token, whichever is furthest) and stopping once the page is full: each request
+ * costs about one page of work, however large the folder (ERA5-style Zarr arrays have 100,000+ chunks
+ * in one folder). Side-store names (the few a file cannot hold) are merged in by sorting.
+ */
 export async function listPage(store: Store, bucket: string, q: ListQuery): Promise<ListPage> {
   const { prefix, delimiter, startOffset: S, endOffset: E, after } = q;
   const inRange = (n: string): boolean =>
@@ -75,21 +82,23 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
     (E === null || compareNames(n, E) < 0) &&
     // Anything below the cursor (and every prefix of it) was on an earlier page.
     (after === null || compareNames(n, after.key) >= 0);
+  // Names sort at or after this; folders wholly before it are never opened.
+  let lower = prefix;
+  if (S !== null && compareNames(S, lower) > 0) lower = S;
+  if (after !== null && compareNames(after.key, lower) > 0) lower = after.key;
 
   const decide = (d: string): DirDecision => {
     if (!(d.startsWith(prefix) || prefix.startsWith(d))) return 'skip';
     if (E !== null && compareNames(d, E) >= 0) return 'skip';
-    if (S !== null && allNamesBelow(d, S)) return 'skip';
-    if (after !== null && allNamesBelow(d, after.key)) return 'skip';
+    if (allNamesBelow(d, lower)) return 'skip';
     // A whole folder becomes one prefix only if the offsets cannot cut through it.
     const whole = (S === null || compareNames(d, S) >= 0) && (E === null || allNamesBelow(d, E));
     if (delimiter === '/' && d.length > prefix.length && d.startsWith(prefix) && whole) return 'collapse';
     return 'descend';
   };
 
-  const walked = await store.walk(bucket, decide, inRange);
   const items = new Map<string, string>();
-  const prefixes = new Set<string>(walked.collapsed);
+  const prefixes = new Set<string>();
   const add = (name: string, path: string): void => {
     if (delimiter !== null) {
       const rest = name.slice(prefix.length);
@@ -102,7 +111,38 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
     }
     items.set(name, path);
   };
-  for (const o of walked.objects) add(o.name, o.path);
+  // Entries found so far; the walk stops past a full page (to know there is more)
+  // (two more: the entry at the cursor itself may be counted once again, and the page needs one beyond it).
+  const wanted = q.maxResults + 3;
+  const found = (): number => items.size + prefixes.size;
+
+  /** Walks one folder in name order; returns false once the page is full or the end offset is passed. */
+  const visit = async (abs: string, rel: string, targets: ReadonlySet<string>): Promise<boolean> => {
+    const entries = await store.sortedEntries(abs);
+    for (let i = firstAtOrAfter(entries, rel, lower); i < entries.length; i++) {
+      const e = entries[i]!;
+      const r = await store.resolveEntry(abs, e, targets);
+      const name = rel + e.name;
+      if (r.kind === 'file') {
+        if (E !== null && compareNames(name, E) >= 0) return false;
+        if (inRange(name)) add(name, join(abs, e.name));
+      } else if (r.kind === 'dir' && r.targets) {
+        const d = `${name}/`;
+        if (E !== null && compareNames(d, E) >= 0) return false;
+        const decision = decide(d);
+        if (decision === 'descend' && !(await visit(join(abs, e.name), d, r.targets))) return false;
+        if (decision === 'collapse') {
+          // A folder below a child of the prefix rolls up into that child's prefix.
+          const rolled = prefix + d.slice(prefix.length, d.indexOf('/', prefix.length) + 1);
+          const fresh = !prefixes.has(rolled) && (after === null || compareCursor({ key: rolled, isPrefix: true }, after) > 0);
+          if (fresh && (await store.folderHasFile(join(abs, e.name), r.targets))) prefixes.add(rolled);
+        }
+      }
+      if (found() >= wanted) return false;
+    }
+    return true;
+  };
+  await visit(store.bucketDir(bucket), '', new Set());
   // Side-store entries are added last so they win over a same-named file, matching lookups.
   for (const name of await store.sideNames(bucket)) if (inRange(name)) add(name, store.sidePath(bucket, name));
 
@@ -118,6 +158,24 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
     prefixes: page.filter((e) => e.isPrefix).map((e) => e.key),
     nextPageToken: rest.length > page.length && last ? encodeToken(last) : null,
   };
+}
+
+/**
+ * The first entry of a sorted folder that can hold a name at or after `lower`: a file or folder key at
+ * or after it, or the one folder on `lower`'s own path (its key is a prefix of `lower` and sorts before).
+ */
+function firstAtOrAfter(entries: readonly SortedEntry[], rel: string, lower: string): number {
+  if (compareNames(rel, lower) >= 0 || !lower.startsWith(rel)) return compareNames(rel, lower) >= 0 ? 0 : entries.length;
+  const want = lower.slice(rel.length);
+  let lo = 0;
+  let hi = entries.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareNames(entries[mid]!.key, want) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  const before = entries[lo - 1];
+  return before && before.key.endsWith('/') && want.startsWith(before.key) ? lo - 1 : lo;
 }
 
 function compareCursor(a: Cursor, b: Cursor): number {

@@ -7,6 +7,8 @@ import { ListQueryError, listPage, parseListQuery } from './list.js';
 import { bucketResource, objectResource } from './resources.js';
 import type { OpenedObject, StoredObject } from './store.js';
 
+const EMPTY_HASHES: Hashes = { crc32c: 'AAAAAA==', md5Hash: '1B2M2Y8AsgTpgAmY7PhCfg==' };
+
 export async function getBucket(ctx: RequestContext, bucket: string): Promise<void> {
   const fields = ctx.fields();
   if (ctx.knobs.denyBucketGet) {
@@ -107,8 +109,10 @@ async function describe(
   wantHashes: boolean,
 ): Promise<{ obj: StoredObject; hashes: Hashes | null } | null> {
   const { store } = ctx.shared;
-  const obj = await store.statPath(bucket, name, path);
+  const obj = store.statPathSync(bucket, name, path);
   if (!obj || !wantHashes) return obj && { obj, hashes: null };
+  // An empty object's hashes are constants: listing 100,000 empty test objects opens none of them.
+  if (obj.size === 0) return { obj, hashes: EMPTY_HASHES };
   const cached = ctx.shared.hashes.peek(obj);
   if (cached) return { obj, hashes: await cached };
   // On a miss, hash through an open handle so the result is filed under the version it describes.

@@ -299,17 +299,17 @@ export function createOperations(deps: OperationDeps): Operations {
   };
 
   const listingOf = (d: DirHandle, path: string): Promise<DirHandle['listing']> => {
-    d.pending ??= namespace.readdir(path).then((entries) => {
+    d.pending ??= namespace.readdir(path).then((listing) => {
       const parent = path === '/' ? ROOT_INO : (inodes.peek(path.slice(0, path.lastIndexOf('/')) || '/') ?? ROOT_INO);
       const names = ['.', '..'];
       const inos = [d.ino, parent];
       const isDir = [true, true];
-      for (const e of entries) {
-        names.push(e.name);
+      listing.forEachName((name, dir) => {
+        names.push(name);
         // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
-        inos.push(inodes.peek(childPath(path, e.name)) ?? unlookedInode(path, e.name));
-        isDir.push(e.entry.kind === 'dir');
-      }
+        inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
+        isDir.push(dir);
+      });
       d.listing = { names, inos, isDir };
       return d.listing;
     });

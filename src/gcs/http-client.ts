@@ -32,6 +32,12 @@ export interface HttpClientConfig {
   stall?: StallTimeout | null;
   /** The longest one read or lookup keeps retrying before it fails (gcsfuse's --max-retry-duration); 0 = no bound. */
   maxRetryDurationMs?: number;
+  /**
+   * Lookups and listings get sockets and an in-flight limit of their own, so they never queue behind
+   * range GETs that fill --max-conns-per-host (a lookup behind four 4 MiB readahead downloads waited for
+   * one to end). Absent: they share the data pool.
+   */
+  metadata?: { connections: number; concurrency: AdaptiveConcurrency } | null;
   log: Logger;
   metrics: Metrics;
   /** Where HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read (and their lowercase forms); default process.env. */
@@ -203,6 +209,8 @@ const ERROR_BODY_LIMIT = 4096;
 export class HttpObjectClient implements ObjectClient {
   readonly bucket: string;
   private readonly pool: Dispatcher;
+  /** Sockets for JSON requests (lookups, listings): the data pool unless `metadata` is configured. */
+  private readonly metaPool: Dispatcher;
   private readonly origin: string;
   private readonly bucketPath: string;
   /** Set by close(): from then on a failure is the shutdown's doing, never retried or reported as GCS's. */
@@ -215,15 +223,17 @@ export class HttpObjectClient implements ObjectClient {
     this.origin = cfg.endpoint.origin;
     this.bucketPath = `/storage/v1/b/${encodeURIComponent(cfg.bucket)}`;
     const proxy = proxySettings(cfg.env ?? process.env);
-    this.pool = dispatcherFor(this.origin, {
+    const options = (connections: number): Pool.Options => ({
       // gcsfuse's 0 means no limit; so does undici's null.
-      connections: cfg.maxConnections > 0 ? cfg.maxConnections : null,
+      connections: connections > 0 ? connections : null,
       pipelining: 1,
       keepAliveTimeout: 30_000,
       // 0 keeps undici's defaults (300 s without a byte): no connection may hang a reader forever.
       ...(cfg.timeoutMs > 0 ? { headersTimeout: cfg.timeoutMs, bodyTimeout: cfg.timeoutMs } : {}),
       connect: { timeout: cfg.timeoutMs || 30_000 },
-    }, proxy);
+    });
+    this.pool = dispatcherFor(this.origin, options(cfg.maxConnections), proxy);
+    this.metaPool = cfg.metadata ? dispatcherFor(this.origin, options(cfg.metadata.connections), proxy) : this.pool;
     if (proxy.httpProxy || proxy.httpsProxy) {
       cfg.log.debug(
         { httpProxy: proxy.httpProxy && redactedProxy(proxy.httpProxy), httpsProxy: proxy.httpsProxy && redactedProxy(proxy.httpsProxy), noProxy: proxy.noProxy },
@@ -236,6 +246,7 @@ export class HttpObjectClient implements ObjectClient {
     this.closing = true;
     this.stopSleeping.abort();
     await this.pool.close();
+    if (this.metaPool !== this.pool) await this.metaPool.close();
   }
 
   /**
@@ -262,6 +273,8 @@ export class HttpObjectClient implements ObjectClient {
     if (req.delimiter) q.set('delimiter', req.delimiter);
     if (req.pageToken) q.set('pageToken', req.pageToken);
     if (req.maxResults) q.set('maxResults', String(req.maxResults));
+    if (req.startOffset) q.set('startOffset', req.startOffset);
+    if (req.endOffset) q.set('endOffset', req.endOffset);
     const raw = await this.json<{ items?: RawObject[]; prefixes?: string[]; nextPageToken?: string }>('list', `${this.bucketPath}/o?${q}`, `list ${req.prefix}`);
     return { objects: (raw.items ?? []).map(toMeta), prefixes: raw.prefixes ?? [], nextPageToken: raw.nextPageToken ?? null };
   }
@@ -430,7 +443,7 @@ export class HttpObjectClient implements ObjectClient {
         abort.abort(err);
       });
       try {
-        const res = await this.pool.request({ origin: this.origin, method: 'GET', path, headers, signal: abort.signal });
+        const res = await this.metaPool.request({ origin: this.origin, method: 'GET', path, headers, signal: abort.signal });
         this.cfg.stall?.observe(performance.now() - sentAt);
         if (res.statusCode !== 200) throw await errorFromResponse(res, what);
         return (await res.body.json()) as T;
@@ -448,7 +461,8 @@ export class HttpObjectClient implements ObjectClient {
     priority: ReadPriority,
     attemptOnce: (headers: Record<string, string>, limits: AttemptLimits) => Promise<T>,
   ): Promise<T> {
-    const { metrics, log, retry, concurrency, rate } = this.cfg;
+    const { metrics, log, retry, rate } = this.cfg;
+    const concurrency = kind !== 'media' && this.cfg.metadata ? this.cfg.metadata.concurrency : this.cfg.concurrency;
     const bound = this.cfg.maxRetryDurationMs ?? 0;
     let deadlineAt = Number.POSITIVE_INFINITY;
     let lastStatus: number | null = null;

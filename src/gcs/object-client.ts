@@ -22,6 +22,10 @@ export interface ListRequest {
   delimiter?: string;
   pageToken?: string;
   maxResults?: number;
+  /** Only names at or after this one (GCS's startOffset): one part of a folder listed in parallel. */
+  startOffset?: string;
+  /** Only names before this one (GCS's endOffset). */
+  endOffset?: string;
 }
 
 export interface ListPage {

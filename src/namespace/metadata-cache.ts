@@ -2,7 +2,8 @@ import { LRUCache } from 'lru-cache';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit as CacheBudget, Ttl as CacheTtl } from '../units.js';
-import type { DirEntry, Entry } from './entry.js';
+import type { Entry } from './entry.js';
+import { Listing } from './listing.js';
 
 
 export interface MetadataCacheConfig {
@@ -20,9 +21,6 @@ export interface MetadataCacheConfig {
 
 type Kind = 'file' | 'dir';
 const MISSING = Object.freeze({ missing: true as const });
-interface Listing {
-  entries: readonly DirEntry[];
-}
 /** The stat cache holds, under tagged keys: `s:PATH` metadata or MISSING, `l:PATH` a directory listing. */
 type StatValue = ObjectMeta | typeof MISSING | Listing;
 
@@ -34,15 +32,22 @@ const NODE_OVERHEAD = 120;
 const META_BYTES = 200;
 function statBytes(v: StatValue, key: string): number {
   let n = NODE_OVERHEAD + 2 * key.length;
-  if ('name' in v) n += META_BYTES + 2 * v.name.length;
-  if ('entries' in v) for (const e of v.entries) n += 64 + 2 * e.name.length + (e.entry.kind === 'file' ? META_BYTES + 2 * e.entry.meta.name.length : 16);
+  if (v instanceof Listing) n += v.bytes;
+  else if ('name' in v) n += META_BYTES + 2 * v.name.length;
   return n;
 }
 const typeBytes = (key: string): number => NODE_OVERHEAD + 2 * key.length + 8;
 
-function lruFor<V extends {}>(budget: CacheBudget, defaultTtl: CacheTtl, size: (v: V, k: string) => number, clock?: { now(): number }): LRUCache<string, V> | null {
+function lruFor<V extends {}>(
+  budget: CacheBudget,
+  defaultTtl: CacheTtl,
+  size: (v: V, k: string) => number,
+  clock?: { now(): number },
+  dispose?: (v: V) => void,
+): LRUCache<string, V> | null {
   if (budget.kind === 'off') return null;
   return new LRUCache<string, V>({
+    ...(dispose ? { dispose: (v: V) => dispose(v) } : {}),
     maxSize: budget.kind === 'bytes' ? budget.bytes : Number.MAX_SAFE_INTEGER,
     sizeCalculation: (v, k) => Math.max(1, size(v, k)),
     ttl: ttlMs(defaultTtl) ?? 0,
@@ -74,12 +79,38 @@ export class MetadataCache {
   private readonly types: LRUCache<string, Kind> | null;
   private readonly positiveTtl: number | null;
   private readonly negativeTtl: number | null;
+  private readonly clock: { now(): number };
+  /** Listings held in the stat cache: folders, their entries, and their bytes. */
+  private listings = { folders: 0, entries: 0, bytes: 0 };
+  /** Bytes one listing may take: the whole stat budget (a larger one is never kept, so never thrashed). */
+  readonly listingBudget: number;
 
   constructor(cfg: MetadataCacheConfig, private readonly metrics: Metrics) {
     this.positiveTtl = ttlMs(cfg.ttl);
     this.negativeTtl = ttlMs(cfg.negativeTtl);
-    this.stats = this.positiveTtl === null && this.negativeTtl === null ? null : lruFor<StatValue>(cfg.statBudget, cfg.ttl, statBytes, cfg.clock);
+    this.clock = cfg.clock ?? performance;
+    const forget = (v: StatValue): void => {
+      if (!(v instanceof Listing)) return;
+      this.listings.folders--;
+      this.listings.entries -= v.count;
+      this.listings.bytes -= v.bytes;
+    };
+    this.stats = this.positiveTtl === null && this.negativeTtl === null ? null : lruFor<StatValue>(cfg.statBudget, cfg.ttl, statBytes, cfg.clock, forget);
     this.types = this.positiveTtl === null ? null : lruFor<Kind>(cfg.typeBudget, cfg.ttl, (_v, k) => typeBytes(k), cfg.clock);
+    this.listingBudget = this.stats && this.positiveTtl !== null ? (cfg.statBudget.kind === 'bytes' ? cfg.statBudget.bytes : Number.POSITIVE_INFINITY) : 0;
+    metrics.setGauge('meta_stat_entries', () => (this.stats?.size ?? 0) - this.listings.folders);
+    metrics.setGauge('meta_stat_bytes', () => (this.stats?.calculatedSize ?? 0) - this.listings.bytes);
+    metrics.setGauge('meta_listing_folders', () => this.listings.folders);
+    metrics.setGauge('meta_listing_entries', () => this.listings.entries);
+    metrics.setGauge('meta_listing_bytes', () => this.listings.bytes);
+    metrics.setGauge('meta_type_entries', () => this.types?.size ?? 0);
+    metrics.setGauge('meta_type_bytes', () => this.types?.calculatedSize ?? 0);
+    metrics.setGauge('meta_stat_limit_bytes', () => (cfg.statBudget.kind === 'bytes' ? cfg.statBudget.bytes : cfg.statBudget.kind === 'off' ? 0 : -1));
+  }
+
+  /** Whether listings can be kept at all (a positive TTL and a stat budget). */
+  get keepsListings(): boolean {
+    return this.listingBudget > 0;
   }
 
   /**
@@ -102,13 +133,30 @@ export class MetadataCache {
       return 'missing';
     }
     const listing = this.stats?.get(`l:${parent}`);
-    if (listing && 'entries' in listing) {
-      this.metrics.inc('meta_list_hits');
-      const base = path.slice(path.lastIndexOf('/') + 1);
-      return listing.entries.find((e) => e.name === base)?.entry ?? 'missing';
+    if (listing instanceof Listing) {
+      const entry = listing.get(path.slice(path.lastIndexOf('/') + 1));
+      if (entry || this.missingTrusted(listing.listedAt)) {
+        this.metrics.inc('meta_list_hits');
+        return entry ?? 'missing';
+      }
     }
     this.metrics.inc('meta_misses');
     return undefined;
+  }
+
+  /** The clock TTLs are measured by (milliseconds, monotonic). */
+  now(): number {
+    return this.clock.now();
+  }
+
+  /**
+   * Whether a listing taken at `listedAt` may still say "no such name": only within the negative TTL,
+   * as a single "no such path" answer may. A listing answers for the names it shows for the whole TTL,
+   * but an object created since must show up as soon as --metadata-cache-negative-ttl-secs promises.
+   */
+  missingTrusted(listedAt: number): boolean {
+    if (this.negativeTtl === null) return false;
+    return this.negativeTtl === 0 || this.clock.now() - listedAt <= this.negativeTtl;
   }
 
   /** Remembers what a lookup learnt: the entry, or null for "no such path". */
@@ -132,31 +180,51 @@ export class MetadataCache {
     this.stats?.delete(`l:${parent}`);
   }
 
-  listing(path: string): readonly DirEntry[] | undefined {
+  /** Whether a complete listing of `path` is held (no hit or miss counted). */
+  hasListing(path: string): boolean {
+    return this.stats?.peek(`l:${path}`) instanceof Listing;
+  }
+
+  listing(path: string): Listing | undefined {
     const hit = this.stats?.get(`l:${path}`);
-    if (hit && 'entries' in hit) {
+    if (hit instanceof Listing) {
       this.metrics.inc('meta_list_hits');
-      return hit.entries;
+      return hit;
     }
     this.metrics.inc('meta_list_misses');
     return undefined;
   }
 
   /**
-   * Remembers a directory's entries, and each entry's type and metadata, so `ls -l` costs only the
-   * listing. Returns false when the listing itself could not be kept (caching off, or larger than the
-   * stat budget allows for one entry), so callers do not count on it answering later lookups.
+   * Keeps a complete directory listing; it answers every lookup in that folder (a binary search), so
+   * entries are not copied into the per-path caches. Returns false when it could not be kept (caching
+   * off, or larger than the whole stat budget): callers must not count on it answering later lookups.
+   * Over the budget the least recently used entries go, whole folders at a time.
    */
-  rememberListing(path: string, entries: readonly DirEntry[]): boolean {
+  rememberListing(path: string, listing: Listing): boolean {
     if (this.positiveTtl === null || !this.stats) return false;
-    this.stats.set(`l:${path}`, { entries }, { ttl: this.positiveTtl });
-    const base = path === '/' ? '' : path;
-    for (const e of entries) this.remember(`${base}/${e.name}`, e.entry);
-    return this.stats.has(`l:${path}`);
+    // Not kept, and not allowed to push everything else out on its way through.
+    if (statBytes(listing, `l:${path}`) > this.listingBudget) {
+      this.stats.delete(`l:${path}`);
+      return false;
+    }
+    listing.listedAt = this.clock.now();
+    this.stats.set(`l:${path}`, listing, { ttl: this.positiveTtl });
+    if (!this.stats.has(`l:${path}`)) return false;
+    this.listings.folders++;
+    this.listings.entries += listing.count;
+    this.listings.bytes += listing.bytes;
+    return true;
   }
 
   /** Bytes in use by each cache, for stats and tests. */
-  usage(): { statBytes: number; typeBytes: number } {
-    return { statBytes: this.stats?.calculatedSize ?? 0, typeBytes: this.types?.calculatedSize ?? 0 };
+  usage(): { statBytes: number; typeBytes: number; listingFolders: number; listingEntries: number; listingBytes: number } {
+    return {
+      statBytes: this.stats?.calculatedSize ?? 0,
+      typeBytes: this.types?.calculatedSize ?? 0,
+      listingFolders: this.listings.folders,
+      listingEntries: this.listings.entries,
+      listingBytes: this.listings.bytes,
+    };
   }
 }

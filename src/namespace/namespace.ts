@@ -2,9 +2,11 @@ import { LRUCache } from 'lru-cache';
 import type { ListPage, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
-import type { DirEntry, Entry } from './entry.js';
+import type { Entry } from './entry.js';
+import { compareKeys, Listing, ListingRun } from './listing.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
+import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
 
 /**
  * Items in the one list page a lookup asks for. Large enough that the page nearly always reaches the
@@ -12,36 +14,95 @@ import { componentProblem, type NameMapper } from './names.js';
  */
 const LOOKUP_PAGE = 100;
 
+/** GCS's largest page. */
+const LIST_PAGE = 1000;
+
 /**
- * Lookup misses in one directory after which the whole directory is listed instead. A busy folder, a
- * Zarr array's chunks read by 16 processes, would otherwise cost one round trip per name (in parallel
- * since libfuse3's parallel dirops, but a request each). One listing (a request per 1,000 names) then
- * answers every name, missing chunks included.
+ * Without metadata prefetch: lookup misses in one directory after which the whole directory is listed
+ * instead. A busy folder, a Zarr array's chunks read by 16 processes, would otherwise cost one round
+ * trip per name (in parallel since libfuse3's parallel dirops, but a request each). One listing (a
+ * request per 1,000 names) then answers every name, missing chunks included.
  */
 const LIST_AFTER_MISSES = 2;
+
+/**
+ * Entries a walk lists beyond what its reader has read (complete folders not read yet, and folders it is
+ * still in the middle of): the walk pauses there, so `ls a; ls a/b` at the top of a large bucket costs a
+ * few dozen requests, not the bucket, even where one folder below holds millions of objects.
+ */
+const WALK_AHEAD_ENTRIES = 50_000;
+
+export interface MetadataPrefetchConfig {
+  /** gcsfuse's --enable-metadata-prefetch: the first lookup in a folder lists it in the background. */
+  enabled: boolean;
+  /** Entries listed in the background per folder (--metadata-prefetch-entries-limit); Infinity = all. */
+  entriesLimit: number;
+  /** Background list requests at once, mount-wide (--metadata-prefetch-max-workers). */
+  maxWorkers: number;
+}
+
+export const DEFAULT_METADATA_PREFETCH: MetadataPrefetchConfig = { enabled: true, entriesLimit: Number.POSITIVE_INFINITY, maxWorkers: 10 };
 
 export interface NamespaceDeps {
   client: ObjectClient;
   names: NameMapper;
   cache: MetadataCache;
-  /** How long a lookup-miss count or an "unlistable" mark lasts: the metadata TTL. */
+  /** How long a lookup-miss count, an "unlistable" mark or a listing in progress lasts: the metadata TTL (0: forever). */
   listTtlMs: number;
+  prefetch?: MetadataPrefetchConfig;
   once: OnceLog;
   metrics: Metrics;
+}
+
+/** A folder being listed: the entries so far, and which key ranges they answer for. */
+interface FolderJob {
+  listing: Listing;
+  lister: RangeLister;
+  expiresAt: number;
+  /** When it started, by the cache's clock: its "no such name" answers last the negative TTL from then. */
+  startedAt: number;
+}
+
+/** A subtree being listed flat, filling every folder's listing as its key range completes. */
+interface Walk {
+  /** Mount path of the subtree's top folder. */
+  root: string;
+  lister: RangeLister;
+  /** Folders (relative to root, '' for root) with entries so far, not yet complete. */
+  open: Map<string, { listing: Listing; keys: string[]; metas: (ObjectMeta | null)[] }>;
+  /** Complete folders nobody has read yet, and their entries (the walk pauses past WALK_AHEAD_ENTRIES). */
+  unread: Map<string, Listing>;
+  unreadEntries: number;
+  /** Entries in `open` folders: a huge folder deep below is held here until it completes. */
+  openEntries: number;
+  expiresAt: number;
 }
 
 /** Resolves paths to objects and prefixes, the way a user coming from gcsfuse with --implicit-dirs expects. */
 export class Namespace {
   private readonly lookups = new Map<string, Promise<Entry | null>>();
-  private readonly listings = new Map<string, Promise<readonly DirEntry[]>>();
+  private readonly listings = new Map<string, Promise<Listing>>();
   /** Lookup misses per directory, and directories whose listing is too large to keep: both short-lived. */
   private readonly misses: LRUCache<string, number>;
   private readonly unlistable: LRUCache<string, true>;
+  /** Folders whose readdir was asked for lately: a readdir of one of their sub-folders is a walk. */
+  private readonly readdirs: LRUCache<string, true>;
+  private readonly jobs = new Map<string, FolderJob>();
+  private walks: Walk[] = [];
+  private readonly workers: ListWorkers;
+  private readonly prefetch: MetadataPrefetchConfig;
+  private readonly ttl: number;
 
   constructor(private readonly deps: NamespaceDeps) {
-    const ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
-    this.misses = new LRUCache({ max: 10_000, ttl });
-    this.unlistable = new LRUCache({ max: 10_000, ttl });
+    this.ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
+    this.misses = new LRUCache({ max: 10_000, ttl: this.ttl });
+    this.unlistable = new LRUCache({ max: 10_000, ttl: this.ttl });
+    this.readdirs = new LRUCache({ max: 10_000, ttl: this.ttl });
+    this.prefetch = deps.prefetch ?? DEFAULT_METADATA_PREFETCH;
+    this.workers = new ListWorkers(Math.max(1, this.prefetch.maxWorkers));
+    deps.metrics.setGauge('meta_listings_in_progress', () => this.jobs.size);
+    deps.metrics.setGauge('meta_walks_in_progress', () => this.walks.length);
+    deps.metrics.setGauge('meta_list_workers_busy', () => this.workers.inFlight);
   }
 
   /**
@@ -54,15 +115,344 @@ export class Namespace {
     const cached = this.deps.cache.lookup(path, parent);
     if (cached !== undefined) return Promise.resolve(cached === 'missing' ? null : cached);
     return shared(this.lookups, path, async () => {
-      if (this.listings.has(parent) || this.worthListing(parent)) {
+      const base = path.slice(path.lastIndexOf('/') + 1);
+      if (componentProblem(base) !== null) return null;
+      const walk = this.walkBelow(parent);
+      if (walk) {
+        const listing = await this.walkFolder(walk, parent).catch(() => null);
+        const entry = listing?.get(base);
+        if (entry) return entry;
+        if (listing && this.deps.cache.missingTrusted(listing.listedAt)) return null;
+      }
+      // A listing held but too old to say "no such name" is not listed again: this one name is asked.
+      const job = this.liveJob(parent) ?? (this.prefetching(parent) && !this.deps.cache.hasListing(parent) ? this.startJob(parent, base, false) : null);
+      if (job) {
+        const answer = await this.fromJob(job, base);
+        if (answer !== undefined) return answer;
+      } else if (!this.prefetch.enabled && (this.listings.has(parent) || this.worthListing(parent))) {
         const fromListing = await this.lookupByListing(path, parent);
         if (fromListing !== undefined) return fromListing;
       }
+      this.deps.metrics.inc('meta_misses');
       const entry = await this.resolve(path);
       this.deps.cache.remember(path, entry);
       return entry;
     });
   }
+
+  /**
+   * Every visible entry of the directory at `path`: a cached listing, the walk that is filling it, or all
+   * of it from GCS, in parallel parts (a listing already in progress finishes at once).
+   */
+  readdir(path: string): Promise<Listing> {
+    const cached = this.deps.cache.listing(path);
+    if (cached) {
+      this.sawReaddir(path, cached);
+      return Promise.resolve(cached);
+    }
+    return shared(this.listings, path, async () => {
+      const walk = this.walkBelow(path) ?? this.maybeStartWalk(path);
+      if (walk) {
+        const listing = await this.walkFolder(walk, path).catch(() => null);
+        if (listing) {
+          this.sawReaddir(path, listing);
+          return listing;
+        }
+      }
+      const job = this.liveJob(path) ?? this.startJob(path, '', true);
+      await job.lister.finish();
+      this.sawReaddir(path, job.listing);
+      return job.listing;
+    });
+  }
+
+  /**
+   * Called when GCS no longer has the generation the caches named (the object was replaced or deleted
+   * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
+   */
+  forget(path: string): void {
+    this.deps.cache.forget(path, parentOf(path));
+    this.jobs.delete(parentOf(path));
+  }
+
+  // ---------------------------------------------------------------- folder listings
+
+  private prefetching(folder: string): boolean {
+    return this.prefetch.enabled && this.deps.cache.keepsListings && !this.unlistable.has(folder);
+  }
+
+  /** The folder's listing in progress, unless it is older than the TTL. */
+  private liveJob(folder: string): FolderJob | undefined {
+    const job = this.jobs.get(folder);
+    if (!job) return undefined;
+    if (job.lister.failed || performance.now() > job.expiresAt) {
+      this.jobs.delete(folder);
+      return undefined;
+    }
+    return job;
+  }
+
+  /**
+   * Lists the folder at `path` in parts: from `from` onwards first (a lookup waits on that page, and the
+   * names after it are the likeliest next), the part before it in the background. `urgent`: someone
+   * waits for all of it.
+   */
+  private startJob(path: string, from: string, urgent: boolean): FolderJob {
+    const prefix = this.deps.names.dirPrefix(path);
+    const listing = new Listing(prefix);
+    const lister: RangeLister = new RangeLister({
+      fetch: (start, end, token) => this.folderPage(prefix, start, end, token),
+      onPage: (keys, metas) => listing.add(ListingRun.of(keys, metas)),
+      workers: this.workers,
+      maxParallel: Math.max(1, this.prefetch.maxWorkers),
+      delimited: true,
+      // A prefetch stops at the entry limit, or where the listing could no longer be kept; lookups still
+      // list what they need, and a readdir lists the rest.
+      paused: () => lister.count >= this.prefetch.entriesLimit || listing.bytes > this.deps.cache.listingBudget,
+    });
+    const job: FolderJob = { listing, lister, expiresAt: performance.now() + this.ttl, startedAt: this.deps.cache.now() };
+    this.jobs.set(path, job);
+    if (!urgent) this.deps.metrics.inc('meta_prefetch_listings');
+    lister.start(from, urgent);
+    lister.completion.then(
+      () => {
+        listing.compact((name) => this.hideConflict(name));
+        if (this.jobs.get(path) === job) this.jobs.delete(path);
+        if (!this.deps.cache.rememberListing(path, listing)) this.unlistable.set(path, true);
+      },
+      () => {
+        if (this.jobs.get(path) === job) this.jobs.delete(path);
+      },
+    );
+    return job;
+  }
+
+  /**
+   * The answer for `base` from a listing in progress: at once when the listed ranges already hold it,
+   * else after the page that starts at it. Undefined when the listing failed (the caller asks GCS itself).
+   */
+  private async fromJob(job: FolderJob, base: string): Promise<Entry | null | undefined> {
+    try {
+      const already = job.lister.covers(base) && job.lister.covers(`${base}/`);
+      await job.lister.cover(base);
+      if (!job.lister.covers(`${base}/`)) await job.lister.cover(`${base}/`);
+      if (already) this.deps.metrics.inc('meta_list_hits');
+      else this.deps.metrics.inc('meta_prefetch_joined');
+    } catch {
+      return undefined;
+    }
+    const entry = job.listing.get(base);
+    // Too old to say "no such name" (a prefetch that stopped at its entry limit long ago): ask GCS.
+    if (!entry && !this.deps.cache.missingTrusted(job.startedAt)) return undefined;
+    return entry;
+  }
+
+  /** One page of a folder with delimiter '/': objects and sub-folders merged in key order. */
+  private async folderPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
+    const page = await this.deps.client.list({
+      prefix,
+      delimiter: '/',
+      maxResults: LIST_PAGE,
+      ...(start ? { startOffset: prefix + start } : {}),
+      ...(end !== null ? { endOffset: prefix + end } : {}),
+      ...(pageToken ? { pageToken } : {}),
+    });
+    const keys: string[] = [];
+    const metas: (ObjectMeta | null)[] = [];
+    let lastKey: string | null = null;
+    let i = 0;
+    let j = 0;
+    const objects = page.objects;
+    const prefixes = page.prefixes;
+    while (i < objects.length || j < prefixes.length) {
+      const o = objects[i];
+      const p = prefixes[j];
+      const objectKey = o ? o.name.slice(prefix.length) : null;
+      const prefixKey = p !== undefined ? p.slice(prefix.length) : null;
+      if (objectKey !== null && (prefixKey === null || compareKeys(objectKey, prefixKey) <= 0)) {
+        i++;
+        lastKey = objectKey;
+        // The folder's own placeholder object is the folder, not an entry of it.
+        if (objectKey !== '' && this.visible(o!.name, objectKey)) {
+          keys.push(objectKey);
+          metas.push(o!);
+        }
+      } else {
+        j++;
+        lastKey = prefixKey!;
+        if (this.visible(p!, prefixKey!.slice(0, -1))) {
+          keys.push(prefixKey!);
+          metas.push(null);
+        }
+      }
+    }
+    return { keys, metas, lastKey, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
+  }
+
+  // ---------------------------------------------------------------- walks
+
+  /**
+   * A walk (find, du, os.walk, rsync) reads a folder and then each of its sub-folders. The rule: a
+   * readdir of a sub-folder of a folder that was itself read (readdir) within the TTL and has at least
+   * two sub-folders lists that parent's whole subtree flat (no delimiter, 1,000 objects a request, in
+   * parallel parts cut at its sub-folders), and fills every folder's listing from it.
+   */
+  private maybeStartWalk(path: string): Walk | null {
+    if (!this.prefetch.enabled || !this.deps.cache.keepsListings || path === '/') return null;
+    const parent = parentOf(path);
+    if (!this.readdirs.has(parent)) return null;
+    const parentListing = this.deps.cache.listing(parent);
+    if (!parentListing) return null;
+    const base = path.slice(path.lastIndexOf('/') + 1);
+    const folders = parentListing.dirNames();
+    if (folders.length < 2 || !folders.includes(base)) return null;
+    return this.startWalk(parent, folders);
+  }
+
+  private startWalk(root: string, folders: string[]): Walk {
+    this.walks = this.walks.filter((w) => !w.lister.failed && performance.now() <= w.expiresAt && !w.lister.done);
+    const prefix = this.deps.names.dirPrefix(root);
+    const parts = Math.max(1, this.prefetch.maxWorkers);
+    // Cut at sub-folders, evenly: ten parts of ten folders each rather than a part (a request) per folder.
+    const sorted = folders.map((f) => `${f}/`).sort(compareKeys);
+    const splits: string[] = [];
+    for (let k = 1; k < parts && k < sorted.length; k++) splits.push(sorted[Math.floor((k * sorted.length) / parts)]!);
+    const walk: Walk = {
+      root,
+      lister: null as unknown as RangeLister,
+      open: new Map(),
+      unread: new Map(),
+      unreadEntries: 0,
+      openEntries: 0,
+      expiresAt: performance.now() + this.ttl,
+    };
+    walk.lister = new RangeLister({
+      fetch: (start, end, token) => this.flatPage(prefix, start, end, token),
+      onPage: (keys, metas) => this.fillWalk(walk, prefix, keys, metas),
+      workers: this.workers,
+      maxParallel: parts,
+      delimited: false,
+      paused: () => walk.unreadEntries + walk.openEntries > WALK_AHEAD_ENTRIES,
+    });
+    this.walks.push(walk);
+    this.deps.metrics.inc('meta_walks');
+    walk.lister.start('', false, splits);
+    return walk;
+  }
+
+  /** The live walk whose subtree holds `path` strictly below its top folder. */
+  private walkBelow(path: string): Walk | null {
+    const now = performance.now();
+    for (const w of this.walks) {
+      if (w.lister.failed || now > w.expiresAt) continue;
+      const inside = w.root === '/' ? path !== '/' : path.startsWith(`${w.root}/`);
+      if (inside) return w;
+    }
+    return null;
+  }
+
+  /** Waits for the walk to have listed all of `path`, and returns its listing (empty if it has none). */
+  private async walkFolder(walk: Walk, path: string): Promise<Listing> {
+    const rel = walk.root === '/' ? path.slice(1) : path.slice(walk.root.length + 1);
+    const done = this.deps.cache.listing(path) ?? walk.unread.get(rel);
+    if (!done) await walk.lister.coverRange(`${rel}/`, `${rel}0`);
+    const listing = walk.unread.get(rel) ?? this.deps.cache.listing(path) ?? new Listing(this.deps.names.dirPrefix(path));
+    if (walk.unread.delete(rel)) {
+      walk.unreadEntries -= listing.count;
+      walk.lister.resume();
+    }
+    return listing;
+  }
+
+  /** One flat page of the walk's subtree: every object, keys relative to the subtree. */
+  private async flatPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
+    const page = await this.deps.client.list({
+      prefix,
+      maxResults: LIST_PAGE,
+      ...(start ? { startOffset: prefix + start } : {}),
+      ...(end !== null ? { endOffset: prefix + end } : {}),
+      ...(pageToken ? { pageToken } : {}),
+    });
+    const keys = page.objects.map((o) => o.name.slice(prefix.length));
+    return { keys, metas: page.objects, lastKey: keys.at(-1) ?? null, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
+  }
+
+  /**
+   * Sorts a flat page into the folders it passes through: `a/b/c` is the file `c` of folder `a/b` and
+   * the directory `b` of folder `a`. In name order each folder's entries arrive in its own key order.
+   * Then every open folder whose key range the walk has now covered is complete, and cached.
+   */
+  private fillWalk(walk: Walk, prefix: string, keys: readonly string[], metas: readonly (ObjectMeta | null)[]): void {
+    const touched = new Set<string>();
+    const folderOf = (rel: string) => {
+      let f = walk.open.get(rel);
+      if (!f) {
+        f = { listing: new Listing(rel === '' ? prefix : `${prefix}${rel}/`), keys: [], metas: [] };
+        walk.open.set(rel, f);
+      }
+      touched.add(rel);
+      return f;
+    };
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i]!;
+      const parts = key.split('/');
+      let folder = '';
+      folderOf('');
+      for (let j = 0; j < parts.length; j++) {
+        const c = parts[j]!;
+        const last = j === parts.length - 1;
+        if (last && c === '') break; // a placeholder object: the folder itself
+        if (componentProblem(c) !== null) {
+          this.visible(prefix + key, c);
+          break;
+        }
+        const f = folderOf(folder);
+        const entryKey = last ? c : `${c}/`;
+        if (f.keys.at(-1) !== entryKey) {
+          f.keys.push(entryKey);
+          f.metas.push(last ? metas[i]! : null);
+        }
+        folder = folder === '' ? c : `${folder}/${c}`;
+        if (!last) folderOf(folder);
+      }
+    }
+    for (const rel of touched) {
+      const f = walk.open.get(rel)!;
+      if (f.keys.length > 0) {
+        f.listing.add(ListingRun.of(f.keys, f.metas));
+        walk.openEntries += f.keys.length;
+      }
+      f.keys = [];
+      f.metas = [];
+    }
+    for (const [rel, f] of walk.open) {
+      if (!(rel === '' ? walk.lister.coversRange('', null) || walk.lister.done : walk.lister.coversRange(`${rel}/`, `${rel}0`))) continue;
+      walk.open.delete(rel);
+      walk.openEntries -= f.listing.count;
+      f.listing.compact((name) => this.hideConflict(name));
+      const path = rel === '' ? walk.root : walk.root === '/' ? `/${rel}` : `${walk.root}/${rel}`;
+      this.deps.cache.rememberListing(path, f.listing);
+      this.deps.metrics.inc('meta_walk_folders');
+      if (rel !== '') {
+        walk.unread.set(rel, f.listing);
+        walk.unreadEntries += f.listing.count;
+      }
+    }
+  }
+
+  /** Remembers a readdir (for the walk rule) and tells the walk its reader has read the folder. */
+  private sawReaddir(path: string, listing: Listing): void {
+    this.readdirs.set(path, true);
+    const walk = this.walkBelow(path);
+    if (!walk) return;
+    const rel = walk.root === '/' ? path.slice(1) : path.slice(walk.root.length + 1);
+    if (walk.unread.delete(rel)) {
+      walk.unreadEntries -= listing.count;
+      walk.lister.resume();
+    }
+  }
+
+  // ---------------------------------------------------------------- single names
 
   private worthListing(parent: string): boolean {
     if (this.unlistable.has(parent)) return false;
@@ -73,10 +463,11 @@ export class Namespace {
 
   /** Answers from a (shared) listing of the parent, or undefined when the listing could not be kept. */
   private async lookupByListing(path: string, parent: string): Promise<Entry | null | undefined> {
-    await this.readdir(parent);
+    const listing = await this.readdir(parent);
     const answer = this.deps.cache.lookup(path, parent);
     if (answer === undefined) {
-      this.unlistable.set(parent, true);
+      // Not kept (too large for the budget), or too old to say "no such name".
+      if (listing.listedAt === 0) this.unlistable.set(parent, true);
       return undefined;
     }
     this.misses.delete(parent);
@@ -103,57 +494,10 @@ export class Namespace {
       isDir = more.objects.length > 0 || more.prefixes.length > 0;
     }
     if (isDir) {
-      if (file) this.hideConflict(file);
+      if (file) this.hideConflict(file.name);
       return { kind: 'dir', mtimeMs: null };
     }
     return file ? { kind: 'file', meta: file } : null;
-  }
-
-  /**
-   * Called when GCS no longer has the generation the caches named (the object was replaced or deleted
-   * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
-   */
-  forget(path: string): void {
-    this.deps.cache.forget(path, parentOf(path));
-  }
-
-  /** Every visible entry of the directory at `path`: one cached listing, or all pages of it from GCS. */
-  readdir(path: string): Promise<readonly DirEntry[]> {
-    const cached = this.deps.cache.listing(path);
-    if (cached) return Promise.resolve(cached);
-    return shared(this.listings, path, async () => {
-      const entries = await this.list(path);
-      if (!this.deps.cache.rememberListing(path, entries)) this.unlistable.set(path, true);
-      return entries;
-    });
-  }
-
-  private async list(path: string): Promise<DirEntry[]> {
-    const prefix = this.deps.names.dirPrefix(path);
-    const files = new Map<string, ObjectMeta>();
-    const dirs = new Set<string>();
-    let pageToken: string | undefined;
-    do {
-      const page = await this.deps.client.list({ prefix, delimiter: '/', ...(pageToken ? { pageToken } : {}) });
-      for (const meta of page.objects) {
-        const rel = meta.name.slice(prefix.length);
-        if (rel === '') continue; // the directory's own placeholder object
-        if (this.visible(meta.name, rel)) files.set(rel, meta);
-      }
-      for (const p of page.prefixes) {
-        const rel = p.slice(prefix.length, -1);
-        if (this.visible(p, rel)) dirs.add(rel);
-      }
-      pageToken = page.nextPageToken ?? undefined;
-    } while (pageToken);
-
-    const out: DirEntry[] = [];
-    for (const rel of dirs) out.push({ name: rel, entry: { kind: 'dir', mtimeMs: null } });
-    for (const [rel, meta] of files) {
-      if (dirs.has(rel)) this.hideConflict(meta);
-      else out.push({ name: rel, entry: { kind: 'file', meta } });
-    }
-    return out;
   }
 
   private visible(objectName: string, rel: string): boolean {
@@ -164,9 +508,9 @@ export class Namespace {
     return false;
   }
 
-  private hideConflict(meta: ObjectMeta): void {
+  private hideConflict(objectName: string): void {
     this.deps.metrics.inc('names_skipped');
-    this.deps.once.warn(`conflict:${meta.name}`, { object: meta.name }, 'object name is also a directory prefix; the directory is shown and the object hidden');
+    this.deps.once.warn(`conflict:${objectName}`, { object: objectName }, 'object name is also a directory prefix; the directory is shown and the object hidden');
   }
 }
 

@@ -25,6 +25,10 @@ export const COUNTERS = {
   meta_list_hits: 'lookups and readdirs answered by a cached listing',
   meta_list_misses: 'readdirs that had to list GCS',
   meta_misses: 'lookups that had to ask GCS',
+  meta_prefetch_listings: 'folders listed in the background on a first lookup (--enable-metadata-prefetch)',
+  meta_prefetch_joined: 'lookups answered by a listing in progress (covered, or by a part started at the name)',
+  meta_walks: 'walks detected: subtrees listed flat, every folder filled from it',
+  meta_walk_folders: 'folder listings filled by walks',
   names_skipped: 'object names that cannot be paths and were hidden',
   block_cache_hits: 'blocks served from the disk cache',
   block_cache_hit_bytes: 'bytes of blocks served from the disk cache',
@@ -67,6 +71,17 @@ export const GAUGES = {
   open_files: 'files open through the mount',
   prefetch_held_bytes: 'prefetched bytes held in memory (no --cache-dir)',
   prefetch_in_flight: 'prefetched files downloading',
+  meta_stat_entries: 'object metadata and "no such path" entries in the stat cache',
+  meta_stat_bytes: 'bytes of those entries (the stat budget is shared with listings)',
+  meta_stat_limit_bytes: 'the stat cache budget, listings included (--stat-cache-max-size-mb; -1: unlimited)',
+  meta_listing_folders: 'directory listings in the stat cache (compact, whole folders)',
+  meta_listing_entries: 'entries of those listings',
+  meta_listing_bytes: 'bytes of those listings',
+  meta_type_entries: 'paths in the type cache',
+  meta_type_bytes: 'bytes of the type cache',
+  meta_listings_in_progress: 'folders being listed (a lookup started it in the background, or a readdir waits)',
+  meta_walks_in_progress: 'subtrees being listed flat for a walk (find, du, os.walk)',
+  meta_list_workers_busy: 'background list requests in flight (--metadata-prefetch-max-workers)',
 } as const;
 
 export type CounterName = keyof typeof COUNTERS;

@@ -118,10 +118,7 @@ export class Prefetcher {
     state.last = base;
     // Until two opens in a row go up in name order, the folder is not worth a listing.
     if (!state.stream && !(base > previous)) return;
-    const files = (await this.deps.namespace.readdir(dir))
-      .filter((e) => e.entry.kind === 'file')
-      .map((e) => e.name)
-      .sort();
+    const files = (await this.deps.namespace.readdir(dir)).fileNames().sort();
     const position = files.indexOf(base);
     if (position < 0) return;
     if (!state.stream) {
@@ -162,14 +159,14 @@ export class Prefetcher {
   private async listed(path: string): Promise<ObjectMeta | null> {
     const dir = parentOf(path);
     const base = path.slice(dir.length + 1);
-    let entries;
+    let listing;
     try {
-      entries = await this.deps.namespace.readdir(dir);
+      listing = await this.deps.namespace.readdir(dir);
     } catch {
       return null; // a chunk folder that does not exist: every chunk in it is a fill value
     }
-    const e = entries.find((x) => x.name === base);
-    return e?.entry.kind === 'file' ? e.entry.meta : null;
+    const e = listing.get(base);
+    return e?.kind === 'file' ? e.meta : null;
   }
 
   /** Starts one file's download if the budgets allow; false when they do not (stop this round). */
@@ -220,15 +217,15 @@ export class Prefetcher {
   }
 
   private async findArray(dir: string): Promise<ZarrArray | null> {
-    const entries = await this.deps.namespace.readdir(dir);
+    const listing = await this.deps.namespace.readdir(dir);
     for (const name of ARRAY_METADATA_FILES) {
-      const e = entries.find((x) => x.name === name);
-      if (e?.entry.kind !== 'file') continue;
+      const e = listing.get(name);
+      if (e?.kind !== 'file') continue;
       // A v2 array in a consolidated store: its layout is in the store's .zmetadata, which the reader
       // (xarray, zarr) has read already, so it is in the cache; the .zarray would be one more GET.
       const layout =
-        (name === '.zarray' ? await this.consolidatedLayout(dir, entries) : null) ??
-        parseArrayMetadata(name, await this.readSmall(e.entry.meta, MAX_METADATA_BLOCKS));
+        (name === '.zarray' ? await this.consolidatedLayout(dir, listing) : null) ??
+        parseArrayMetadata(name, await this.readSmall(e.meta, MAX_METADATA_BLOCKS));
       if (layout) return { root: dir, layout, stream: new ReadStream(this.deps.config.maxFilesAhead) };
     }
     // Only folders named like chunk indices ('/'-separated keys, v3's 'c') can sit inside an array.
@@ -246,9 +243,9 @@ export class Prefetcher {
     let folder = dir;
     let key = '';
     for (let depth = 0; depth <= MAX_GROUP_DEPTH; depth++) {
-      const found = entries.find((x) => x.name === CONSOLIDATED);
-      if (found?.entry.kind === 'file') {
-        const doc = await this.consolidatedOf(folder, found.entry.meta);
+      const found = entries.get(CONSOLIDATED);
+      if (found?.kind === 'file') {
+        const doc = await this.consolidatedOf(folder, found.meta);
         const zarray = doc?.[key ? `${key}/.zarray` : '.zarray'];
         if (typeof zarray !== 'object' || zarray === null) return null;
         const layout = parseArrayMetadata('.zarray', JSON.stringify(zarray));
@@ -256,7 +253,7 @@ export class Prefetcher {
         return layout;
       }
       // Only a group can hold the store's root above; the first folder that is none ends the search.
-      if (folder === '/' || (depth > 0 && !entries.some((x) => x.name === '.zgroup' && x.entry.kind === 'file'))) return null;
+      if (folder === '/' || (depth > 0 && entries.get('.zgroup')?.kind !== 'file')) return null;
       key = key ? `${folder.slice(folder.lastIndexOf('/') + 1)}/${key}` : folder.slice(folder.lastIndexOf('/') + 1);
       folder = parentOf(folder);
       try {

@@ -1,0 +1,354 @@
+import type { ObjectMeta } from '../gcs/object-client.js';
+import type { DirEntry, Entry } from './entry.js';
+
+/**
+ * GCS orders names by UTF-8 bytes, which is code-point order. JavaScript's `<` compares UTF-16 code
+ * units and so sorts U+E000..U+FFFF after astral characters; remapping the surrogates fixes that without
+ * allocating. Every range and binary search in the namespace uses this order, so it agrees with GCS's
+ * pages, startOffset and endOffset.
+ */
+export function compareKeys(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800) x = x <= 0xdfff ? x + 0x2000 : x - 0x800;
+    if (y >= 0xd800) y = y <= 0xdfff ? y + 0x2000 : y - 0x800;
+    return x - y;
+  }
+  return a.length - b.length;
+}
+
+const DIR = 1;
+const HAS_CRC = 2;
+/** A file hidden because a directory has its name (the directory is shown). */
+const HIDDEN = 4;
+
+/** What a compact run cannot hold in its arrays: generations beyond 2^53, odd CRC strings. Rare. */
+interface OddMeta {
+  generation: string;
+  metageneration: string;
+  crc32c: string | null;
+}
+
+/** Per entry: 8 size + 8 generation + 8 metageneration + 8 updated + 4 crc + 1 flags + 4 offset. */
+const BYTES_PER_ENTRY = 41;
+const RUN_OVERHEAD = 400;
+
+function exactNumber(decimal: string): number | null {
+  const n = Number(decimal);
+  return Number.isSafeInteger(n) && n >= 0 && String(n) === decimal ? n : null;
+}
+
+function crcNumber(b64: string): number | null {
+  const b = Buffer.from(b64, 'base64');
+  return b.length === 4 && b.toString('base64') === b64 ? b.readUInt32BE(0) : null;
+}
+
+function crcString(n: number): string {
+  const b = Buffer.allocUnsafe(4);
+  b.writeUInt32BE(n >>> 0, 0);
+  return b.toString('base64');
+}
+
+/**
+ * A sorted run of directory entries in a compact form: every key (a name, or a name plus '/' for a
+ * directory) in one string with their offsets, and the metadata in typed arrays. About 41 bytes plus
+ * the name's characters per entry, where an object per entry cost several hundred: a 100,000-entry
+ * folder takes about 6 MB and fits the default stat budget.
+ */
+export class ListingRun {
+  private constructor(
+    readonly count: number,
+    private readonly text: string,
+    private readonly offsets: Uint32Array,
+    private readonly sizes: Float64Array,
+    private readonly generations: Float64Array,
+    private readonly metagenerations: Float64Array,
+    private readonly updated: Float64Array,
+    private readonly crcs: Uint32Array,
+    private readonly flags: Uint8Array,
+    private readonly odd: Map<number, OddMeta> | null,
+  ) {}
+
+  /** Builds a run from entries already in key order (compareKeys), without duplicates. */
+  static of(keys: readonly string[], metas: readonly (ObjectMeta | null)[]): ListingRun {
+    const n = keys.length;
+    const offsets = new Uint32Array(n + 1);
+    const sizes = new Float64Array(n);
+    const generations = new Float64Array(n);
+    const metagenerations = new Float64Array(n);
+    const updated = new Float64Array(n);
+    const crcs = new Uint32Array(n);
+    const flags = new Uint8Array(n);
+    let odd: Map<number, OddMeta> | null = null;
+    let at = 0;
+    for (let i = 0; i < n; i++) {
+      offsets[i] = at;
+      at += keys[i]!.length;
+      const meta = metas[i];
+      if (!meta) {
+        flags[i] = DIR;
+        continue;
+      }
+      sizes[i] = meta.size;
+      updated[i] = meta.updatedMs;
+      const gen = exactNumber(meta.generation);
+      const metagen = exactNumber(meta.metageneration);
+      const crc = meta.crc32c === null ? null : crcNumber(meta.crc32c);
+      if (gen === null || metagen === null || (meta.crc32c !== null && crc === null)) {
+        (odd ??= new Map()).set(i, { generation: meta.generation, metageneration: meta.metageneration, crc32c: meta.crc32c });
+        continue;
+      }
+      generations[i] = gen;
+      metagenerations[i] = metagen;
+      if (crc !== null) {
+        crcs[i] = crc;
+        flags[i] = HAS_CRC;
+      }
+    }
+    offsets[n] = at;
+    // One flat string: joined keys are one allocation instead of one string object per name.
+    const text = keys.join('');
+    return new ListingRun(n, text, offsets, sizes, generations, metagenerations, updated, crcs, flags, odd);
+  }
+
+  /** Several runs in key order as one, dropping a key equal to the one before it (runs meet at page boundaries). */
+  static concat(runs: readonly ListingRun[]): ListingRun {
+    const keys: string[] = [];
+    const metas: (ObjectMeta | null)[] = [];
+    let last: string | null = null;
+    for (const run of runs) {
+      for (let i = 0; i < run.count; i++) {
+        const key = run.key(i);
+        if (last !== null && key === last) continue;
+        keys.push(key);
+        metas.push(run.isDir(i) ? null : run.meta(i, ''));
+        last = key;
+      }
+    }
+    return ListingRun.of(keys, metas);
+  }
+
+  get bytes(): number {
+    // One-byte strings cost a byte a character; assume two to stay on the safe side of the budget.
+    return RUN_OVERHEAD + this.text.length * 2 + this.count * BYTES_PER_ENTRY + (this.odd ? this.odd.size * 200 : 0);
+  }
+
+  key(i: number): string {
+    return this.text.slice(this.offsets[i]!, this.offsets[i + 1]!);
+  }
+
+  get firstKey(): string {
+    return this.key(0);
+  }
+
+  get lastKey(): string {
+    return this.key(this.count - 1);
+  }
+
+  isDir(i: number): boolean {
+    return (this.flags[i]! & DIR) !== 0;
+  }
+
+  isHidden(i: number): boolean {
+    return (this.flags[i]! & HIDDEN) !== 0;
+  }
+
+  hide(i: number): void {
+    this.flags[i]! |= HIDDEN;
+  }
+
+  /** Compares entry i's key with `key` without building a string (compareKeys order). */
+  private compareAt(i: number, key: string): number {
+    const start = this.offsets[i]!;
+    const len = this.offsets[i + 1]! - start;
+    const n = Math.min(len, key.length);
+    for (let j = 0; j < n; j++) {
+      let x = this.text.charCodeAt(start + j);
+      let y = key.charCodeAt(j);
+      if (x === y) continue;
+      if (x >= 0xd800) x = x <= 0xdfff ? x + 0x2000 : x - 0x800;
+      if (y >= 0xd800) y = y <= 0xdfff ? y + 0x2000 : y - 0x800;
+      return x - y;
+    }
+    return len - key.length;
+  }
+
+  /** Index of `key`, or -1: a binary search. */
+  indexOf(key: string): number {
+    let lo = 0;
+    let hi = this.count;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const c = this.compareAt(mid, key);
+      if (c === 0) return mid;
+      if (c < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return -1;
+  }
+
+  /** Entry i's object metadata; `prefix` is the folder's object prefix, which completes the name. */
+  meta(i: number, prefix: string): ObjectMeta {
+    const o = this.odd?.get(i);
+    const flags = this.flags[i]!;
+    return {
+      name: prefix + this.key(i),
+      size: this.sizes[i]!,
+      generation: o ? o.generation : String(this.generations[i]!),
+      metageneration: o ? o.metageneration : String(this.metagenerations[i]!),
+      updatedMs: this.updated[i]!,
+      crc32c: o ? o.crc32c : flags & HAS_CRC ? crcString(this.crcs[i]!) : null,
+    };
+  }
+}
+
+/**
+ * A directory's entries as sorted compact runs. A listing still being filled holds the runs of the
+ * pages that have arrived (whose key ranges never overlap but for the key where two pages meet); a
+ * complete one is compacted into one run. Which names a partial listing can answer for is its lister's
+ * business (key-range coverage), not the listing's.
+ */
+export class Listing {
+  private runs: ListingRun[] = [];
+  private entryCount = 0;
+  /** When the metadata cache took it (its clock): how long it may still say "no such name". */
+  listedAt = 0;
+
+  /** `prefix`: the directory's object prefix ('a/b/', '' at the bucket root). */
+  constructor(readonly prefix: string) {}
+
+  get count(): number {
+    return this.entryCount;
+  }
+
+  get bytes(): number {
+    let n = 200;
+    for (const r of this.runs) n += r.bytes;
+    return n;
+  }
+
+  /** Adds a run of entries in key order; runs may arrive in any order. */
+  add(run: ListingRun): void {
+    if (run.count === 0) return;
+    let lo = 0;
+    let hi = this.runs.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareKeys(this.runs[mid]!.firstKey, run.firstKey) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    this.runs.splice(lo, 0, run);
+    this.entryCount += run.count;
+  }
+
+  /**
+   * Merges the runs into one, dropping duplicate keys, and hides a file whose name is also a directory
+   * (`conflict` is told about each). Call once the listing is complete.
+   */
+  compact(conflict: (objectName: string) => void): void {
+    if (this.runs.length > 1) {
+      const one = ListingRun.concat(this.runs);
+      this.runs = [one];
+      this.entryCount = one.count;
+    }
+    const run = this.runs[0];
+    if (!run) return;
+    for (let i = 0; i < run.count; i++) {
+      if (!run.isDir(i)) continue;
+      const file = run.indexOf(run.key(i).slice(0, -1));
+      if (file >= 0 && !run.isHidden(file)) {
+        run.hide(file);
+        conflict(this.prefix + run.key(file));
+      }
+    }
+  }
+
+  /** The entry named `name` among the runs present, or null: a directory wins over a same-named file. */
+  get(name: string): Entry | null {
+    const dir = this.find(`${name}/`);
+    if (dir) return { kind: 'dir', mtimeMs: null };
+    const file = this.find(name);
+    if (!file || file.run.isHidden(file.i)) return null;
+    return { kind: 'file', meta: file.run.meta(file.i, this.prefix) };
+  }
+
+  private find(key: string): { run: ListingRun; i: number } | null {
+    // The last run starting at or before `key` (or the one before it, where two runs share a key).
+    let lo = 0;
+    let hi = this.runs.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareKeys(this.runs[mid]!.firstKey, key) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let r = lo - 1; r >= 0 && r >= lo - 2; r--) {
+      const run = this.runs[r]!;
+      const i = run.indexOf(key);
+      if (i >= 0) return { run, i };
+    }
+    return null;
+  }
+
+  /** Visible names in key order, directories without their '/'. */
+  names(): string[] {
+    const out: string[] = [];
+    this.forEachName((name) => out.push(name));
+    return out;
+  }
+
+  /** Each visible name in key order (directories without their '/'), without building entry objects. */
+  forEachName(visit: (name: string, isDir: boolean) => void): void {
+    this.each((run, i, key) => (run.isDir(i) ? visit(key.slice(0, -1), true) : visit(key, false)));
+  }
+
+  /** Names of the sub-directories, in key order. */
+  dirNames(): string[] {
+    const out: string[] = [];
+    this.each((run, i, key) => {
+      if (run.isDir(i)) out.push(key.slice(0, -1));
+    });
+    return out;
+  }
+
+  /** Names of the files, in key order. */
+  fileNames(): string[] {
+    const out: string[] = [];
+    this.each((run, i, key) => {
+      if (!run.isDir(i)) out.push(key);
+    });
+    return out;
+  }
+
+  /** Every visible entry as an object: for tests and small folders; large ones use names() and get(). */
+  entries(): DirEntry[] {
+    const out: DirEntry[] = [];
+    this.each((run, i, key) => out.push(run.isDir(i) ? { name: key.slice(0, -1), entry: { kind: 'dir', mtimeMs: null } } : { name: key, entry: { kind: 'file', meta: run.meta(i, this.prefix) } }));
+    return out;
+  }
+
+  private each(visit: (run: ListingRun, i: number, key: string) => void): void {
+    let last: string | null = null;
+    for (const run of this.runs) {
+      for (let i = 0; i < run.count; i++) {
+        if (run.isHidden(i)) continue;
+        const key = run.key(i);
+        if (key === last) continue;
+        last = key;
+        visit(run, i, key);
+      }
+    }
+  }
+}
+
+/** A complete listing of `prefix` from entry objects in any order (tests, small folders). */
+export function listingOf(prefix: string, entries: readonly DirEntry[], conflict: (objectName: string) => void = () => undefined): Listing {
+  const rows = entries.map((e) => ({ key: e.entry.kind === 'dir' ? `${e.name}/` : e.name, meta: e.entry.kind === 'file' ? e.entry.meta : null }));
+  rows.sort((a, b) => compareKeys(a.key, b.key));
+  const listing = new Listing(prefix);
+  listing.add(ListingRun.of(rows.map((r) => r.key), rows.map((r) => r.meta)));
+  listing.compact(conflict);
+  return listing;
+}

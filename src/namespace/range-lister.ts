@@ -1,0 +1,433 @@
+import type { ObjectMeta } from '../gcs/object-client.js';
+import { compareKeys } from './listing.js';
+
+/** One page of a listing, keys relative to the listing's prefix. */
+export interface FetchedPage {
+  /** The entries to keep, in key order (hidden names already left out). */
+  keys: string[];
+  /** Per key: the object's metadata, or null for a directory. */
+  metas: (ObjectMeta | null)[];
+  /** The last key the page reached, shown or hidden; null for an empty page. */
+  lastKey: string | null;
+  /** GCS has more beyond lastKey (a nextPageToken). */
+  more: boolean;
+  /** GCS's token for the next page of the same request (same start and end), when it gave one. */
+  nextPageToken?: string | null;
+}
+
+/**
+ * Lists keys in [start, end) (end null: to the end), one page; with `pageToken`, the page after the one
+ * that gave it, of the request with this same start and end.
+ */
+export type PageFetcher = (start: string, end: string | null, pageToken?: string) => Promise<FetchedPage>;
+
+/**
+ * Background list requests across the whole mount (gcsfuse's --metadata-prefetch-max-workers): a
+ * prefetch never takes more than this many at once. Requests someone waits on (a lookup, a readdir) do
+ * not queue here.
+ */
+export class ListWorkers {
+  private running = 0;
+  private readonly queue: { start: () => void }[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  get inFlight(): number {
+    return this.running;
+  }
+
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  /** Runs `work` when a worker is free; `promote()` runs it at once, outside the limit. */
+  run(work: () => Promise<void>): { promote(): void } {
+    let started = false;
+    const task = {
+      start: () => {
+        if (started) return;
+        started = true;
+        this.running++;
+        void work().finally(() => {
+          this.running--;
+          this.pump();
+        });
+      },
+    };
+    this.queue.push(task);
+    this.pump();
+    return {
+      promote: () => {
+        const i = this.queue.indexOf(task);
+        if (i < 0) return;
+        this.queue.splice(i, 1);
+        task.start();
+      },
+    };
+  }
+
+  private pump(): void {
+    while (this.running < this.limit && this.queue.length > 0) this.queue.shift()!.start();
+  }
+}
+
+export interface RangeListerConfig {
+  fetch: PageFetcher;
+  /** Receives each page's new entries (in key order, within one part's range) once they count as covered. */
+  onPage(keys: string[], metas: (ObjectMeta | null)[]): void;
+  workers: ListWorkers;
+  /** The most parts of this listing in progress at once (splits stop there). */
+  maxParallel: number;
+  /** Keys are single names (a listing with delimiter): split points never contain '/'. */
+  delimited: boolean;
+  /** Background pages wait while this says so (a walk far ahead of its reader, an entry limit). */
+  paused?: () => boolean;
+}
+
+/** A part [lo, hi) of the key range, listed page by page from lo; everything up to `cursor` is known. */
+interface Segment {
+  lo: string;
+  hi: string | null;
+  cursor: string | null;
+  /**
+   * The next page of the request the last page came from (its start, its end, GCS's token): a token goes
+   * on exactly where that page ended, while a startOffset at the cursor would list the cursor's key again
+   * and cost a page more for every 999 names. Only while the part still ends there: a part cut shorter
+   * starts afresh at its cursor, rather than fetch pages of names that belong to the part after it.
+   */
+  resume: { start: string; end: string | null; token: string } | null;
+  done: boolean;
+  inFlight: boolean;
+  queued: { promote(): void } | null;
+}
+
+/**
+ * Full pages (GCS said there is more) a listing must have had before it is cut into parts: a folder of
+ * up to this many pages costs exactly its pages, one after another, as a plain listing would (cut
+ * parts cost a request or two each to find where they end, and guesses past the last name an empty
+ * page each: 20 requests instead of 3 for 2,500 names). Larger folders lose that many round trips.
+ */
+const SPLIT_AFTER_FULL_PAGES = 3;
+
+/** Someone waiting for keys [from, to) to be covered (a lookup: one key; a walk's reader: a folder). */
+interface Waiter {
+  from: string;
+  to: string | null;
+  covered: () => boolean;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Lists one key range (a folder, or a subtree without delimiter) as several parts in parallel, each
+ * with startOffset/endOffset, never with page tokens, so a part can be cut short at any time: when a
+ * lookup asks for a name the listing has not reached, the part holding it is split there and the new
+ * part's first page, starting at that very name, answers the lookup and lists on. When a page comes back
+ * with more and fewer than `maxParallel` parts are open, the rest of its part is split at points learnt
+ * from the page (the characters its names use, at the positions where they vary), so a 100,000-name
+ * folder is listed by ten parts at once instead of one request after another.
+ */
+export class RangeLister {
+  private readonly segments: Segment[] = [];
+  private waiters: Waiter[] = [];
+  private urgent = false;
+  private failure: unknown = null;
+  private entries = 0;
+  private fullPages = 0;
+  private readonly finished: Promise<void>;
+  private settle!: (err: unknown) => void;
+
+  constructor(private readonly cfg: RangeListerConfig) {
+    this.finished = new Promise<void>((resolve, reject) => {
+      this.settle = (err) => (err ? reject(err) : resolve());
+    });
+    // A listing nobody waits on may fail unobserved; waiters see the failure their own way.
+    this.finished.catch(() => undefined);
+  }
+
+  /** Entries received so far. */
+  get count(): number {
+    return this.entries;
+  }
+
+  get failed(): boolean {
+    return this.failure !== null;
+  }
+
+  get done(): boolean {
+    return this.segments.length > 0 && this.segments.every((s) => s.done);
+  }
+
+  /**
+   * Starts listing at `from` (the first page, which a lookup of `from` waits on, goes out at once) and,
+   * in the background, the part before it; `splits` are known boundaries to list in parallel from the
+   * start (a walk's sub-folders). `urgent`: everything goes out at once (a readdir waits for it all).
+   */
+  start(from: string, urgent: boolean, splits: readonly string[] = []): void {
+    this.urgent = urgent;
+    const points = [...new Set(['', from, ...splits])].sort(compareKeys);
+    for (let i = 0; i < points.length; i++) this.segments.push({ lo: points[i]!, hi: points[i + 1] ?? null, cursor: null, resume: null, done: false, inFlight: false, queued: null });
+    for (const s of this.segments) this.next(s, urgent || s.lo === from);
+  }
+
+  /** Whether every key up to and including `key` within its part is known (present or absent). */
+  covers(key: string): boolean {
+    const s = this.segmentOf(key);
+    return s.done || (s.cursor !== null && compareKeys(key, s.cursor) <= 0);
+  }
+
+  /** Whether every key in [from, to) is known (to null: to the end). */
+  coversRange(from: string, to: string | null): boolean {
+    let i = this.indexOf(from);
+    for (; i < this.segments.length; i++) {
+      const s = this.segments[i]!;
+      if (to !== null && compareKeys(s.lo, to) >= 0) break;
+      if (s.done) continue;
+      // Known up to the cursor only: the range must end at or before it (within this part).
+      const end = to !== null && (s.hi === null || compareKeys(to, s.hi) < 0) ? to : s.hi;
+      if (end === null || s.cursor === null || compareKeys(s.cursor, end) < 0) return false;
+    }
+    return true;
+  }
+
+  /**
+   * Resolves once `key` is covered: at once, after the page in flight that starts at it, or after a new
+   * part started at `key` (cut from the part that holds it) has its first page. Rejects if listing fails.
+   */
+  cover(key: string): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.covers(key)) return Promise.resolve();
+    // The smallest key after `key`: the waiter's range is that one key.
+    const p = this.wait(key, `${key}\u0000`, () => this.covers(key));
+    this.startAt(key);
+    return p;
+  }
+
+  /** Resolves once every key in [from, to) is covered, listing that range now (a walk's reader waits). */
+  coverRange(from: string, to: string | null): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.coversRange(from, to)) return Promise.resolve();
+    const p = this.wait(from, to, () => this.coversRange(from, to));
+    if (!this.covers(from)) this.startAt(from);
+    for (const s of this.segments) if (this.needed(s)) this.next(s, true);
+    return p;
+  }
+
+  /** Resolves when the whole range is covered, without hurrying anything. */
+  get completion(): Promise<void> {
+    return this.finished;
+  }
+
+  /** Lists everything left at once (a readdir waits); resolves when all of the range is known. */
+  finish(): Promise<void> {
+    if (!this.urgent) {
+      this.urgent = true;
+      for (const s of this.segments) if (!s.done && !s.inFlight) this.next(s, true);
+    }
+    return this.finished;
+  }
+
+  private wait(from: string, to: string | null, covered: () => boolean): Promise<void> {
+    return new Promise<void>((resolve, reject) => this.waiters.push({ from, to, covered, resolve, reject }));
+  }
+
+  /** Makes a part start at `key` now: the part that already does, or one cut from the part holding it. */
+  private startAt(key: string): void {
+    const s = this.segmentOf(key);
+    if (s.done || (s.cursor !== null && compareKeys(key, s.cursor) <= 0)) return;
+    if (compareKeys(s.lo, key) === 0 && s.cursor === null) {
+      if (!s.inFlight) this.next(s, true);
+      return;
+    }
+    const part: Segment = { lo: key, hi: s.hi, cursor: null, resume: null, done: false, inFlight: false, queued: null };
+    s.hi = key;
+    this.insert(part);
+    this.next(part, true);
+  }
+
+  /** Whether someone waits on keys of part `s`: its pages then go at once, past pauses and the worker limit. */
+  private needed(s: Segment): boolean {
+    if (s.done) return false;
+    return this.waiters.some((w) => (w.to === null || compareKeys(s.lo, w.to) < 0) && (s.hi === null || compareKeys(w.from, s.hi) < 0));
+  }
+
+  /** Lets paused background pages go again (the reader of a walk caught up). */
+  resume(): void {
+    for (const s of this.segments) if (!s.done && !s.inFlight && !s.queued) this.next(s, false);
+  }
+
+  private next(s: Segment, now: boolean): void {
+    if (s.done || s.inFlight || this.failure) return;
+    if (now || this.urgent) {
+      if (s.queued) {
+        s.queued.promote();
+        return;
+      }
+      void this.page(s);
+      return;
+    }
+    if (s.queued) return;
+    if (this.cfg.paused?.()) return; // resume() picks it up
+    let started = false;
+    const ticket = this.cfg.workers.run(() => {
+      started = true;
+      s.queued = null;
+      if (!this.urgent && this.cfg.paused?.()) return Promise.resolve();
+      return this.page(s);
+    });
+    // A free worker starts it before run() returns: then there is no queued ticket to keep.
+    if (!started) s.queued = ticket;
+  }
+
+  private async page(s: Segment): Promise<void> {
+    if (s.done || s.inFlight || this.failure) return;
+    s.inFlight = true;
+    const resume = s.resume !== null && s.resume.end === s.hi ? s.resume : null;
+    const from = resume?.start ?? s.cursor ?? s.lo;
+    const end = resume ? resume.end : s.hi;
+    let page: FetchedPage;
+    try {
+      page = resume ? await this.cfg.fetch(from, end, resume.token) : await this.cfg.fetch(from, end);
+    } catch (err) {
+      s.inFlight = false;
+      this.fail(err);
+      return;
+    }
+    s.inFlight = false;
+    if (this.failure) return;
+    // Keep what is new (a page starts with the cursor's key again) and inside the part (it may have
+    // been cut shorter while the page was on its way).
+    const keys: string[] = [];
+    const metas: (ObjectMeta | null)[] = [];
+    for (let i = 0; i < page.keys.length; i++) {
+      const k = page.keys[i]!;
+      if (s.cursor !== null && compareKeys(k, s.cursor) <= 0) continue;
+      if (compareKeys(k, s.lo) < 0) continue;
+      if (s.hi !== null && compareKeys(k, s.hi) >= 0) break;
+      keys.push(k);
+      metas.push(page.metas[i]!);
+    }
+    const last = page.lastKey;
+    if (last === null || !page.more || (s.hi !== null && compareKeys(last, s.hi) >= 0) || (s.cursor !== null && compareKeys(last, s.cursor) <= 0)) {
+      s.done = true;
+    } else {
+      s.cursor = last;
+      s.resume = page.nextPageToken ? { start: from, end, token: page.nextPageToken } : null;
+      if (++this.fullPages >= SPLIT_AFTER_FULL_PAGES) this.split(s, page.keys);
+    }
+    // The entries and the coverage they prove change together: onPage may ask what is covered now.
+    this.entries += keys.length;
+    this.cfg.onPage(keys, metas);
+    this.wake();
+    if (this.segments.every((x) => x.done)) {
+      this.settle(null);
+      return;
+    }
+    if (!s.done) this.next(s, this.needed(s));
+  }
+
+  /** Cuts the rest of `s` into parts while fewer than maxParallel are open. */
+  private split(s: Segment, sample: readonly string[]): void {
+    const open = this.segments.filter((x) => !x.done).length;
+    const want = this.cfg.maxParallel - open;
+    if (want <= 0 || s.cursor === null) return;
+    const points = splitPoints(s.cursor, s.hi, sample, want, this.cfg.delimited);
+    if (points.length === 0) return;
+    const hi = s.hi;
+    s.hi = points[0]!;
+    for (let i = 0; i < points.length; i++) {
+      const part: Segment = { lo: points[i]!, hi: points[i + 1] ?? hi, cursor: null, resume: null, done: false, inFlight: false, queued: null };
+      this.insert(part);
+      this.next(part, this.needed(part));
+    }
+  }
+
+  private wake(): void {
+    const still: Waiter[] = [];
+    for (const w of this.waiters) {
+      if (w.covered()) w.resolve();
+      else still.push(w);
+    }
+    this.waiters = still;
+  }
+
+  private fail(err: unknown): void {
+    if (this.failure) return;
+    this.failure = err;
+    for (const w of this.waiters) w.reject(err);
+    this.waiters = [];
+    this.settle(err);
+  }
+
+  private insert(part: Segment): void {
+    this.segments.splice(this.indexOf(part.lo) + 1, 0, part);
+  }
+
+  /** Index of the part holding `key`: the last one starting at or before it. */
+  private indexOf(key: string): number {
+    let lo = 0;
+    let hi = this.segments.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareKeys(this.segments[mid]!.lo, key) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return Math.max(0, lo - 1);
+  }
+
+  private segmentOf(key: string): Segment {
+    return this.segments[this.indexOf(key)]!;
+  }
+}
+
+/**
+ * Where to cut (cursor, hi) into more parts, from the names of the page just listed. Candidates are, at
+ * each position from where the page's names vary back to the start, every character the names use there
+ * that sorts after the cursor's; only positions whose character in the cursor is one of those (a digit
+ * among digits: a position that varies, not a separator like the '.' of 'c.'). The nearest such position
+ * cuts off parts about the size of the page (each a page plus a partial one: two requests for ~1.1
+ * pages), so the next one back goes first: 'c.54320' after a page from 'c.53421' gives 'c.6' .. 'c.9'
+ * first, then 'c.55' .. 'c.59'; 'c000999' after 'c000000'.. gives 'c01' .. 'c09' (10,000 names each),
+ * not 'c001' .. 'c009'. A guess can make an empty part (one request); parts left large are cut again
+ * when their pages come back.
+ */
+export function splitPoints(cursor: string, hi: string | null, sample: readonly string[], want: number, delimited: boolean): string[] {
+  const first = sample[0] ?? cursor;
+  let q = 0;
+  while (q < first.length && q < cursor.length && first.charCodeAt(q) === cursor.charCodeAt(q)) q++;
+  q = Math.min(q, cursor.length - 1);
+  // The characters of the part where the names vary (a shared 'c.' prefix says nothing about the rest).
+  const alphabet = new Set<number>();
+  for (const k of sample) for (let i = q; i < k.length; i++) alphabet.add(k.charCodeAt(i));
+  const chars = [...alphabet].sort((a, b) => a - b);
+  const pointsAt = (p: number): string[] => {
+    const base = cursor.slice(0, p);
+    const at = cursor.charCodeAt(p);
+    const points: string[] = [];
+    for (const ch of chars) {
+      if (ch <= at) continue;
+      // Surrogate halves alone are not keys; leave those folders to paging.
+      if (ch >= 0xd800 && ch <= 0xdfff) continue;
+      const key = base + String.fromCharCode(ch);
+      if (delimited && key.includes('/')) continue;
+      if (hi !== null && compareKeys(key, hi) >= 0) break;
+      points.push(key);
+    }
+    return points;
+  };
+  const levels: string[][] = [];
+  for (let p = q; p >= 0; p--) {
+    if (p < q && !alphabet.has(cursor.charCodeAt(p))) continue;
+    const points = pointsAt(p);
+    if (points.length > 0) levels.push(points);
+  }
+  if (levels.length >= 2) levels.unshift(levels.splice(1, 1)[0]!);
+  const out: string[] = [];
+  for (const points of levels) {
+    for (const key of points) {
+      if (out.length >= want) break;
+      out.push(key);
+    }
+  }
+  return out.sort(compareKeys);
+}
