@@ -242,6 +242,25 @@ describe('metadata at scale through the mount', () => {
     await unmount(m.path);
   }, 120_000);
 
+  it('names kept missing from a listing past the negative TTL list the folder again, not a request each', async () => {
+    await fsp.mkdir(join(tb.root, tb.bucket, 'sparse'), { recursive: true });
+    emptyObjects(tb, 'sparse', 50, (i) => `${i * 2}.0`); // a Zarr array whose odd chunks are fill values
+    const m = await mount({ tb, args: ['--metadata-cache-negative-ttl-secs', '1'] });
+    expect((await run('ls', [join(m.path, 'sparse')])).code).toBe(0);
+    await sleep(1_200); // the listing now answers for the names it shows, no longer for missing ones
+    tb.emulator.resetStats();
+    // One process stats 20 missing chunks one after another, as a reader walking the grid does.
+    const missing = await run('stat', ['-c', '%n', ...Array.from({ length: 20 }, (_, i) => join(m.path, 'sparse', `${i * 2 + 1}.0`))]);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr.trim().split('\n')).toHaveLength(20);
+    // The first miss asks its name, the second lists the folder again (one page); the rest are answered
+    // by the new listing. A request per name would be 20.
+    const req = tb.emulator.stats().requests;
+    expect(req.list).toBeLessThanOrEqual(4);
+    expect((await statsOf(m.path)).counters.meta_relistings).toBe(1);
+    await unmount(m.path);
+  }, 60_000);
+
   it('walks 100 folders x 100 objects with about ten list requests (find -ls)', async () => {
     for (let d = 0; d < 100; d++) {
       const dir = `walk/folder-${String(d).padStart(3, '0')}`;

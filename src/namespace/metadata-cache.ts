@@ -185,6 +185,12 @@ export class MetadataCache {
     return this.stats?.peek(`l:${path}`) instanceof Listing;
   }
 
+  /** Entries of the folder's listing held, or null when none is held (no hit counted, no LRU bump). */
+  heldListingCount(path: string): number | null {
+    const held = this.stats?.peek(`l:${path}`);
+    return held instanceof Listing ? held.count : null;
+  }
+
   listing(path: string): Listing | undefined {
     const hit = this.stats?.get(`l:${path}`);
     if (hit instanceof Listing) {

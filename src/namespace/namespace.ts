@@ -124,8 +124,9 @@ export class Namespace {
         if (entry) return entry;
         if (listing && this.deps.cache.missingTrusted(listing.listedAt)) return null;
       }
-      // A listing held but too old to say "no such name" is not listed again: this one name is asked.
-      const job = this.liveJob(parent) ?? (this.prefetching(parent) && !this.deps.cache.hasListing(parent) ? this.startJob(parent, base, false) : null);
+      // A listing held but too old to say "no such name": this one name is asked, unless names missing
+      // from it keep coming (a Zarr reader's fill-value chunks); then the folder is listed again.
+      const job = this.liveJob(parent) ?? (this.prefetching(parent) && this.listAgain(parent) ? this.startJob(parent, base, false) : null);
       if (job) {
         const answer = await this.fromJob(job, base);
         if (answer !== undefined) return answer;
@@ -453,6 +454,25 @@ export class Namespace {
   }
 
   // ---------------------------------------------------------------- single names
+
+  /**
+   * Whether to list `parent` now: it has no listing, or its listing is too old to say "no such name" and
+   * as many lookups have missed in it since as listing it again costs pages (at least two). Misses of a
+   * small folder (a Zarr array's chunks, fill values among them) then cost one page per negative TTL,
+   * not a request per name; a huge folder is not listed again for a rare missing name.
+   */
+  private listAgain(parent: string): boolean {
+    const held = this.deps.cache.heldListingCount(parent);
+    if (held === null) return true;
+    const n = (this.misses.get(parent) ?? 0) + 1;
+    if (n < Math.max(LIST_AFTER_MISSES, Math.ceil(held / LIST_PAGE))) {
+      this.misses.set(parent, n);
+      return false;
+    }
+    this.misses.delete(parent);
+    this.deps.metrics.inc('meta_relistings');
+    return true;
+  }
 
   private worthListing(parent: string): boolean {
     if (this.unlistable.has(parent)) return false;

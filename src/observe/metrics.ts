@@ -26,6 +26,7 @@ export const COUNTERS = {
   meta_list_misses: 'readdirs that had to list GCS',
   meta_misses: 'lookups that had to ask GCS',
   meta_prefetch_listings: 'folders listed in the background on a first lookup (--enable-metadata-prefetch)',
+  meta_relistings: 'folders listed again because names kept missing from a listing too old to say "no such name"',
   meta_prefetch_joined: 'lookups answered by a listing in progress (covered, or by a part started at the name)',
   meta_walks: 'walks detected: subtrees listed flat, every folder filled from it',
   meta_walk_folders: 'folder listings filled by walks',
