@@ -1,25 +1,10 @@
 // Object- and bucket-name rules: ordering, validation, and which names a plain file can hold.
+import { compareNames } from '../gcs/name-order.js';
 
 /** Folder (inside each bucket folder) for objects a file system cannot hold, temp files and uploads. */
 export const SIDE_DIR = '.gcs-emulator';
 
-/**
- * GCS orders names by UTF-8 bytes, which is code-point order. JavaScript's `<` compares UTF-16 code
- * units and so sorts U+E000..U+FFFF after astral characters; remapping the units fixes that without
- * allocating a Buffer per comparison (listing sorts tens of thousands of names).
- */
-export function compareNames(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800) x = x <= 0xdfff ? x + 0x2000 : x - 0x800;
-    if (y >= 0xd800) y = y <= 0xdfff ? y + 0x2000 : y - 0x800;
-    return x - y;
-  }
-  return a.length - b.length;
-}
+export { compareNames };
 
 /** True when every name that starts with `dirPrefix` sorts strictly before `bound`. */
 export function allNamesBelow(dirPrefix: string, bound: string): boolean {

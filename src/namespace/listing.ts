@@ -1,24 +1,9 @@
+import { compareNames as compareKeys } from '../gcs/name-order.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { DirEntry, Entry } from './entry.js';
 
-/**
- * GCS orders names by UTF-8 bytes, which is code-point order. JavaScript's `<` compares UTF-16 code
- * units and so sorts U+E000..U+FFFF after astral characters; remapping the surrogates fixes that without
- * allocating. Every range and binary search in the namespace uses this order, so it agrees with GCS's
- * pages, startOffset and endOffset.
- */
-export function compareKeys(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800) x = x <= 0xdfff ? x + 0x2000 : x - 0x800;
-    if (y >= 0xd800) y = y <= 0xdfff ? y + 0x2000 : y - 0x800;
-    return x - y;
-  }
-  return a.length - b.length;
-}
+/** GCS's name order (code-point order), which every range and binary search here must agree with. */
+export { compareKeys };
 
 const DIR = 1;
 const HAS_CRC = 2;
