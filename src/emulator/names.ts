@@ -1,5 +1,5 @@
 // Object- and bucket-name rules: ordering, validation, and which names a plain file can hold.
-import { compareNames } from '../gcs/name-order.js';
+import { compareNames } from '../name-order.js';
 
 /** Folder (inside each bucket folder) for objects a file system cannot hold, temp files and uploads. */
 export const SIDE_DIR = '.gcs-emulator';

@@ -1,4 +1,4 @@
-import { compareNames as compareKeys } from '../gcs/name-order.js';
+import { compareNames as compareKeys } from '../name-order.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { DirEntry, Entry } from './entry.js';
 
