@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_REQUEST_RATE, RequestRate } from '../src/gcs/request-rate.js';
+import { mulberry32 } from '../src/emulator/faults.js';
 
 /**
  * Several daemons' request rates against one simulated bucket, on a simulated clock: a discrete-event
@@ -28,17 +29,6 @@ class SimClock {
       await new Promise((r) => setImmediate(r));
     }
   }
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 interface SharingSim {

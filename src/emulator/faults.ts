@@ -117,7 +117,7 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
 }
 
 /** mulberry32: tiny, fast, and good enough to make fault sequences reproducible from a seed. */
-function mulberry32(seed: number): () => number {
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
