@@ -116,7 +116,12 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
   const wanted = q.maxResults + 3;
   const found = (): number => items.size + prefixes.size;
 
-  /** Walks one folder in name order; returns false once the page is full or the end offset is passed. */
+  // The names with the prefix are one run in name order: a name after the prefix without it is after all
+  // of them, and so is everything after it (a lookup's list in a 100,000-name folder reads its few names,
+  // not the rest of the folder).
+  const pastPrefix = (key: string): boolean => !key.startsWith(prefix) && compareNames(key, prefix) > 0;
+
+  /** Walks one folder in name order; returns false once the page is full, or the end offset or the prefix is passed. */
   const visit = async (abs: string, rel: string, targets: ReadonlySet<string>): Promise<boolean> => {
     const entries = await store.sortedEntries(abs);
     for (let i = firstAtOrAfter(entries, rel, lower); i < entries.length; i++) {
@@ -125,10 +130,12 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
       const name = rel + e.name;
       if (r.kind === 'file') {
         if (E !== null && compareNames(name, E) >= 0) return false;
+        if (pastPrefix(name)) return false;
         if (inRange(name)) add(name, join(abs, e.name));
       } else if (r.kind === 'dir' && r.targets) {
         const d = `${name}/`;
         if (E !== null && compareNames(d, E) >= 0) return false;
+        if (!prefix.startsWith(d) && pastPrefix(d)) return false;
         const decision = decide(d);
         if (decision === 'descend' && !(await visit(join(abs, e.name), d, r.targets))) return false;
         if (decision === 'collapse') {
