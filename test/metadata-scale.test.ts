@@ -153,6 +153,33 @@ describe('a listing in parts', () => {
     expect(requests).toBeLessThan(50 + 30);
   });
 
+  it("asks a short first page for a lookup's own part, and full pages for the rest", async () => {
+    const sorted = Array.from({ length: 2000 }, (_, i) => `c.${i}`).sort(compareKeys);
+    const asked: { start: string; small: boolean }[] = [];
+    const fetch = async (start: string, end: string | null, _token?: string, small = false): Promise<FetchedPage> => {
+      asked.push({ start, small });
+      await sleep(1);
+      const from = sorted.findIndex((n) => compareKeys(n, start) >= 0);
+      const rest = from < 0 ? [] : sorted.slice(from).filter((n) => end === null || compareKeys(n, end) < 0);
+      const keys = rest.slice(0, small ? 10 : 100);
+      return { keys, metas: keys.map((k, i) => meta(k, i)), lastKey: keys.at(-1) ?? null, more: rest.length > keys.length };
+    };
+    const listing = new Listing('');
+    const lister = new RangeLister({ fetch, onPage: (k, m) => listing.add(ListingRun.of(k, m)), workers: new ListWorkers(2), maxParallel: 2, delimited: true });
+    // A lookup of c.1500 starts the background listing; another lookup cuts a part at c.700.
+    lister.start('c.1500', false);
+    await lister.cover('c.1500');
+    await lister.cover('c.700');
+    expect(listing.get('c.700')).not.toBeNull();
+    await lister.finish();
+    listing.compact(() => undefined);
+    expect(listing.names()).toEqual(sorted);
+    const smalls = asked.filter((a) => a.small).map((a) => a.start);
+    expect(smalls.sort()).toEqual(['c.1500', 'c.700']);
+    // Everything else (the part before, the pages after a lookup's first) in full pages.
+    expect(asked.filter((a) => !a.small).length).toBeGreaterThan(10);
+  });
+
   it('answers every name it covers, present or absent, before and after the offset, and ends complete', async () => {
     const names = Array.from({ length: 3000 }, (_, i) => `k${(i * 7919) % 100_003}`);
     const folder = fakeFolder(names);

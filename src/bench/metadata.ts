@@ -1,7 +1,7 @@
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { benchBucket, cleanup, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
 
 const LATENCY_MS = 30;
 const BIG = 100_000;
@@ -71,6 +71,7 @@ export async function metadataScenario(): Promise<string> {
     const localOpens = await timed(() => openAll(picks.map((p) => join(bucketDir, 'big', p))));
     const rows: string[] = [];
     const rss: string[] = [];
+    const cpu: string[] = [];
 
     // One mount: cold ls -f, then warm.
     const a = await mountBench(b);
@@ -92,8 +93,16 @@ export async function metadataScenario(): Promise<string> {
     const m = await mountBench(b);
     b.emulator.setKnobs({ latencyMs: LATENCY_MS });
     b.emulator.resetStats();
+    const mPid = await daemonPid(m.path);
+    const cpuBefore = { daemon: mPid ? await cpuSeconds(mPid) : 0, emulator: process.cpuUsage() };
     const opens = await timed(() => openAll(picks.map((p) => join(m.path, 'big', p))));
     rows.push(row(`${picks.length} random opens by ${READERS} readers (fresh mount)`, opens.seconds, b.emulator.stats().requests, localOpens.seconds, '<= 2 s'));
+    // The emulator runs in this process: its CPU (with the bench's own, which is idle meanwhile) next to the daemon's.
+    const emulatorCpu = process.cpuUsage(cpuBefore.emulator);
+    cpu.push(
+      `during the ${picks.length} opens: daemon ${((mPid ? await cpuSeconds(mPid) : 0) - cpuBefore.daemon).toFixed(2)} CPU-s, ` +
+        `emulator ${((emulatorCpu.user + emulatorCpu.system) / 1e6).toFixed(2)} CPU-s`,
+    );
     // The background listing the opens started goes on; let it end before the next figure.
     await new Promise((r) => setTimeout(r, 5_000));
     b.emulator.resetStats();
@@ -125,6 +134,8 @@ export async function metadataScenario(): Promise<string> {
       ...rows,
       '',
       `Daemon memory: ${rss.join('; ')}. ${memory}.`,
+      '',
+      `CPU ${cpu.join('; ')} (2 cores in all).`,
     ].join('\n');
   } finally {
     await cleanup(b);

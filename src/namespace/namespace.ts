@@ -202,7 +202,7 @@ export class Namespace {
     const prefix = this.deps.names.dirPrefix(path);
     const listing = new Listing(prefix);
     const lister: RangeLister = new RangeLister({
-      fetch: (start, end, token) => this.folderPage(prefix, start, end, token),
+      fetch: (start, end, token, small) => this.folderPage(prefix, start, end, token, small),
       onPage: (keys, metas) => listing.add(ListingRun.of(keys, metas)),
       workers: this.workers,
       maxParallel: Math.max(1, this.prefetch.maxWorkers),
@@ -249,11 +249,11 @@ export class Namespace {
   }
 
   /** One page of a folder with delimiter '/': objects and sub-folders merged in key order. */
-  private async folderPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
+  private async folderPage(prefix: string, start: string, end: string | null, pageToken?: string, small = false): Promise<FetchedPage> {
     const page = await this.deps.client.list({
       prefix,
       delimiter: '/',
-      maxResults: LIST_PAGE,
+      maxResults: small ? LOOKUP_PAGE : LIST_PAGE,
       ...(start ? { startOffset: prefix + start } : {}),
       ...(end !== null ? { endOffset: prefix + end } : {}),
       ...(pageToken ? { pageToken } : {}),
