@@ -46,20 +46,22 @@ export async function hashHandle(fh: FileHandle, size: number): Promise<Hashes> 
 
 /**
  * Hashing a 100 MiB object on every metadata call would dominate a benchmark, so results are kept by
- * file version; concurrent callers for the same version share one computation.
+ * file version; concurrent callers for the same version share one computation. One version per path
+ * (the newest asked for): a lookup is one Map get and three comparisons, as a listing asks for
+ * 1,000 of them per page.
  */
 export class HashCache {
-  private readonly entries = new Map<string, Promise<Hashes>>();
+  private readonly entries = new Map<string, { ino: bigint; size: number; mtimeNs: bigint; hashes: Promise<Hashes> }>();
 
   get(version: FileVersion, compute: () => Promise<Hashes>): Promise<Hashes> {
-    const key = keyOf(version);
-    let p = this.entries.get(key);
+    let p = this.peek(version);
     if (!p) {
-      p = compute();
-      this.remember(key, p);
+      const computing = compute();
+      p = computing;
+      this.remember(version, computing);
       // A failed read (file vanished mid-hash) must not poison the cache.
-      p.catch(() => {
-        if (this.entries.get(key) === p) this.entries.delete(key);
+      computing.catch(() => {
+        if (this.entries.get(version.path)?.hashes === computing) this.entries.delete(version.path);
       });
     }
     return p;
@@ -67,23 +69,20 @@ export class HashCache {
 
   /** The cached result for this version, if any, without computing it. */
   peek(version: FileVersion): Promise<Hashes> | undefined {
-    return this.entries.get(keyOf(version));
+    const e = this.entries.get(version.path);
+    return e && e.ino === version.ino && e.size === version.size && e.mtimeNs === version.mtimeNs ? e.hashes : undefined;
   }
 
   /** Uploads hash their bytes before committing; this saves re-reading them afterwards. */
   seed(version: FileVersion, hashes: Hashes): void {
-    this.remember(keyOf(version), Promise.resolve(hashes));
+    this.remember(version, Promise.resolve(hashes));
   }
 
-  private remember(key: string, p: Promise<Hashes>): void {
-    if (this.entries.size >= MAX_ENTRIES) {
+  private remember(version: FileVersion, p: Promise<Hashes>): void {
+    if (!this.entries.has(version.path) && this.entries.size >= MAX_ENTRIES) {
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    this.entries.set(key, p);
+    this.entries.set(version.path, { ino: version.ino, size: version.size, mtimeNs: version.mtimeNs, hashes: p });
   }
-}
-
-function keyOf(v: FileVersion): string {
-  return `${v.path}\0${v.ino}\0${v.size}\0${v.mtimeNs}`;
 }
