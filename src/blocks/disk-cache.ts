@@ -309,11 +309,12 @@ export class DiskCache {
   /**
    * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
    * file without a row (removed by reconciliation) and never a row that names a half-written file.
-   * `data` must stay unchanged until the returned promise settles.
+   * `data` must stay unchanged until the returned promise settles. `knownCrc32c`: the bytes' CRC32C when
+   * the caller has just checked it, so they are not hashed again.
    */
-  write(k: BlockKey, data: Buffer, directCapacity = 0): Promise<void> {
+  write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
     // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
-    const p = this.writeNow(k, data, directCapacity).catch((err: Error) => {
+    const p = this.writeNow(k, data, directCapacity, knownCrc32c).catch((err: Error) => {
       this.metrics.inc('block_cache_write_errors');
       this.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
     });
@@ -327,7 +328,7 @@ export class DiskCache {
     while (this.pendingWrites.size > 0) await Promise.allSettled([...this.pendingWrites]);
   }
 
-  private async writeNow(k: BlockKey, data: Buffer, directCapacity: number): Promise<void> {
+  private async writeNow(k: BlockKey, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
     if (this.closed || data.length > this.limitBytes) return;
     if (this.health !== 'ok') {
       if (Date.now() < this.retryAt) return;
@@ -370,7 +371,7 @@ export class DiskCache {
       await fsp.rename(tmp, final);
       renamed = true;
       if (this.closed) throw new Error('closed');
-      this.index.put({ key, ...k, size: data.length, crc32c: crc32c(data), lastAccess: Date.now() });
+      this.index.put({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
       if (this.health !== 'ok') this.recovered();
     } catch (err) {
       if (reserved) {
