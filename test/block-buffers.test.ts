@@ -90,23 +90,28 @@ function slowClient(content: Buffer) {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
+/** A handle reader over `client`, its blocks from a pool of their own, no disk cache. */
+function pooledReader(client: ObjectClient, meta: ObjectMeta): { pool: BlockBuffers; reader: HandleReader } {
+  const pool = buffers();
+  const source = new BlockSource({
+    client,
+    disk: null,
+    scheduler: new DownloadScheduler({ global: 16, perFile: 16 }),
+    buffers: pool,
+    wholeObjectThreshold: 0,
+    log: silentLogger,
+    metrics: new Metrics(),
+  });
+  return { pool, reader: new HandleReader(source, meta, { maxWindowBlocks: 4, budget: new ReadaheadBudget(16) }) };
+}
+
 describe('a handle reader sharing pooled blocks', () => {
   it('copies the right bytes into a read that waited while a seek on the same handle dropped its blocks', async () => {
     const content = Buffer.alloc(16 * BLOCK);
     for (let i = 0; i < content.length; i += 4) content.writeUInt32LE(i, i);
     const meta: ObjectMeta = { name: 'o', size: content.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
     const { client, finish, finishAll, pending } = slowClient(content);
-    const pool = buffers();
-    const source = new BlockSource({
-      client,
-      disk: null,
-      scheduler: new DownloadScheduler({ global: 16, perFile: 16 }),
-      buffers: pool,
-      wholeObjectThreshold: 0,
-      log: silentLogger,
-      metrics: new Metrics(),
-    });
-    const reader = new HandleReader(source, meta, { maxWindowBlocks: 4, budget: new ReadaheadBudget(16) });
+    const { pool, reader } = pooledReader(client, meta);
     const expectBytes = (got: Buffer, at: number) => expect(got.equals(content.subarray(at, at + got.length))).toBe(true);
 
     // Block 2 arrives; block 3 (fetched ahead) does not yet.
@@ -147,17 +152,7 @@ describe('a handle reader sharing pooled blocks', () => {
     for (let i = 0; i < content.length; i += 4) content.writeUInt32LE(i, i);
     const meta: ObjectMeta = { name: 'o', size: content.length - 100, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
     const { client, finishAll } = slowClient(content);
-    const pool = buffers();
-    const source = new BlockSource({
-      client,
-      disk: null,
-      scheduler: new DownloadScheduler({ global: 16, perFile: 16 }),
-      buffers: pool,
-      wholeObjectThreshold: 0,
-      log: silentLogger,
-      metrics: new Metrics(),
-    });
-    const reader = new HandleReader(source, meta, { maxWindowBlocks: 4, budget: new ReadaheadBudget(16) });
+    const { pool, reader } = pooledReader(client, meta);
     expect(reader.view(0, 4096)).toBeNull(); // nothing held yet
     const first = reader.read(0, Buffer.alloc(4096));
     await tick();
