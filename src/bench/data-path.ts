@@ -5,7 +5,7 @@ import { HttpObjectClient } from '../gcs/http-client.js';
 import { DEFAULT_RETRY } from '../gcs/retry.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 /** gcsmount's defaults on this machine: 4 MiB blocks, max(16, 2 x CPUs) = 16 range GETs in flight. */
@@ -48,6 +48,8 @@ interface Round {
   mountS: number;
   media: number;
   rss: number;
+  /** The daemon's CPU time (user + system) during the read, in seconds. */
+  cpu: number;
 }
 
 interface Row {
@@ -86,11 +88,13 @@ export async function dataPathScenario(): Promise<string> {
         const m = await mountBench(b, diskCache ? ['--cache-dir', join(b.dir, `cache-${rows.length}-${r}`)] : []);
         const pid = await daemonPid(m.path);
         b.emulator.resetStats();
+        const cpu0 = pid ? await cpuSeconds(pid) : NaN;
         const t = await timed(() => viaMount(m.path));
+        const cpu = pid ? (await cpuSeconds(pid)) - cpu0 : NaN;
         const media = b.emulator.stats().requests.media;
         const rss = pid ? await peakRssMiB(pid) : NaN;
         await m.unmount();
-        rounds.push({ ceilingS: c.seconds, mountS: t.seconds, media, rss });
+        rounds.push({ ceilingS: c.seconds, mountS: t.seconds, media, rss, cpu });
       }
       rows.push({ scenario, bytes, rounds });
     };
@@ -140,11 +144,11 @@ with ThreadPoolExecutor(8) as ex:
   return [
     `Emulator: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. gcsmount defaults (4 MiB blocks, 16 range GETs in flight), a fresh --cache-dir per run unless stated. ${ROUNDS} runs per scenario, ceiling and mount in turn; medians, and the range of the per-run ratios.`,
     '',
-    '| scenario | ceiling (Pool, no FUSE) | gcsmount cold | ratio (median) | ratio (range) | media requests | daemon peak RSS |',
-    '|---|---|---|---|---|---|---|',
+    '| scenario | ceiling (Pool, no FUSE) | gcsmount cold | ratio (median) | ratio (range) | media requests | daemon peak RSS | daemon CPU s per GiB (median) |',
+    '|---|---|---|---|---|---|---|---|',
     ...rows.map((r) => {
       const ratios = r.rounds.map((x) => x.ceilingS / x.mountS);
-      return `| ${r.scenario} | ${mbps(r.bytes, median(r.rounds.map((x) => x.ceilingS)))} MiB/s | ${mbps(r.bytes, median(r.rounds.map((x) => x.mountS)))} MiB/s | ${median(ratios).toFixed(2)} | ${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)} | ${median(r.rounds.map((x) => x.media))} | ${Math.max(...r.rounds.map((x) => x.rss)).toFixed(0)} MiB |`;
+      return `| ${r.scenario} | ${mbps(r.bytes, median(r.rounds.map((x) => x.ceilingS)))} MiB/s | ${mbps(r.bytes, median(r.rounds.map((x) => x.mountS)))} MiB/s | ${median(ratios).toFixed(2)} | ${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)} | ${median(r.rounds.map((x) => x.media))} | ${Math.max(...r.rounds.map((x) => x.rss)).toFixed(0)} MiB | ${median(r.rounds.map((x) => x.cpu / (r.bytes / 2 ** 30))).toFixed(2)} |`;
     }),
   ].join('\n');
 }

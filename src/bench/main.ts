@@ -3,6 +3,7 @@ import { indexScenario, warmReadScenario } from './block-cache.js';
 import { dataPathScenario } from './data-path.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
+import { statScenario } from './stat.js';
 import { zarrScenario } from './zarr.js';
 
 /** `npm run bench [-- SCENARIO...]`: prints Markdown for bench/RESULTS.md. */
@@ -12,6 +13,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   'data-path': { title: 'Cold reads: sequential, many small files, random, against the download ceiling', run: dataPathScenario },
   index: { title: 'Block index: SQLite at 1,000,000 blocks', run: indexScenario },
   sharing: { title: 'Sharing a bucket: three daemons under one 60 requests/s limit; reads through stalling bodies', run: sharingScenario },
+  stat: { title: 'Cold stat/s: 10,000 files in one folder by 1 and 4 threads, no latency', run: statScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 
