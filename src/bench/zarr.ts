@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { benchBucket, cleanup, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, sh, type BenchBucket } from './harness.js';
 
 /**
  * `xr.open_zarr(store).load()` of a consolidated Zarr store of at least 1 GiB (test/fixtures/make_zarr.py
@@ -55,6 +56,8 @@ interface Measured {
   list: number;
   metadata: number;
   mediaBytes: number;
+  /** CPU seconds during the round: the reader (python), the mount's own process, the emulator (this process). */
+  cpu: { reader: number; mount: number | null; emulator: number };
 }
 
 export async function zarrScenario(): Promise<string> {
@@ -83,13 +86,27 @@ export async function zarrScenario(): Promise<string> {
     await listAll(b); // the emulator hashes each object once, on first listing: not inside any measured round
     b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
-    const measure = async (reader: string, round: string, root: string, threads = 0): Promise<void> => {
+    const measure = async (reader: string, round: string, root: string, threads = 0, mountPid: number | null = null): Promise<void> => {
       b.emulator.resetStats();
+      const mount0 = mountPid ? await cpuSeconds(mountPid) : 0;
+      const emulator0 = process.cpuUsage();
       const r = await sh(PY, [join(FIXTURES, 'read_zarr.py'), root, '--stores', 'consolidated', '--dask-threads', String(threads)]);
+      const emulatorCpu = process.cpuUsage(emulator0);
+      const mountCpu = mountPid ? (await cpuSeconds(mountPid)) - mount0 : null;
       if (r.code !== 0) throw new Error(`read_zarr.py ${root}: ${r.stdout}${r.stderr}`);
-      const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { open_seconds: number; load_seconds: number };
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { open_seconds: number; load_seconds: number; cpu_seconds: number };
       const s = b.emulator.stats();
-      rows.push({ reader, round, threads, seconds: out.open_seconds + out.load_seconds, media: s.requests.media, list: s.requests.list, metadata: s.requests.metadata, mediaBytes: s.mediaBytes });
+      rows.push({
+        reader,
+        round,
+        threads,
+        seconds: out.open_seconds + out.load_seconds,
+        media: s.requests.media,
+        list: s.requests.list,
+        metadata: s.requests.metadata,
+        mediaBytes: s.mediaBytes,
+        cpu: { reader: out.cpu_seconds, mount: mountCpu, emulator: (emulatorCpu.user + emulatorCpu.system) / 1e6 },
+      });
       process.stderr.write(`zarr bench: ${reader}, ${round}, dask threads ${threads || 'default'}: ${(out.open_seconds + out.load_seconds).toFixed(1)} s\n`);
     };
 
@@ -129,13 +146,13 @@ export async function zarrScenario(): Promise<string> {
       for (const [label, args] of [['gcsmount, prefetch on (defaults)', []], ['gcsmount, --prefetch-max-files-ahead 0', ['--prefetch-max-files-ahead', '0']]] as const) {
         const cacheDir = await fsp.mkdtemp(join(b.dir, 'gcsmount-cache-'));
         const m = track(await remount(b, ['--cache-dir', cacheDir, ...args]));
-        await measure(label, 'cold (empty --cache-dir)', join(m.path, PREFIX), threads);
+        await measure(label, 'cold (empty --cache-dir)', join(m.path, PREFIX), threads, await daemonPid(m.path));
         await m.unmount();
         await fsp.rm(cacheDir, { recursive: true, force: true });
       }
       const rcloneCold = await fsp.mkdtemp(join(b.dir, 'rclone-cache-'));
       const rc = track(await rcloneMount(b, rcloneCold));
-      await measure('rclone mount', 'cold (empty --cache-dir)', join(rc.path, PREFIX), threads);
+      await measure('rclone mount', 'cold (empty --cache-dir)', join(rc.path, PREFIX), threads, rc.pid);
       await rc.unmount();
       await fsp.rm(rcloneCold, { recursive: true, force: true });
     }
@@ -163,15 +180,20 @@ export async function zarrScenario(): Promise<string> {
       `Cross-file prefetch: cold rounds at ${PREFETCH_LATENCY_MS} ms and ${BANDWIDTH / 1e6} MB/s per response, each on a fresh mount and cache dir ` +
         `(issue 13's goals: <= 0.33x rclone with dask's default threads, <= 0.5x with 16).`,
       '',
-      '| reader | dask threads | open + load | vs rclone | vs local cold | GCS media requests | list + metadata requests | MB from GCS |',
-      '|---|---|---|---|---|---|---|---|',
+      '| reader | dask threads | open + load | vs rclone | vs local cold | GCS media requests | list + metadata requests | MB from GCS | CPU s: reader + mount + emulator = all (all / cores) |',
+      '|---|---|---|---|---|---|---|---|---|',
       ...prefetchRows.map((r) => {
         const local = prefetchRows.find((l) => l.reader === 'local copy' && l.threads === r.threads)!.seconds;
+        const all = r.cpu.reader + (r.cpu.mount ?? 0) + r.cpu.emulator;
         return (
           `| ${r.reader} | ${r.threads || 'default'} | ${r.seconds.toFixed(1)} s | ${(r.seconds / rcloneAt(r.threads)).toFixed(2)}x | ${(r.seconds / local).toFixed(2)}x | ` +
-          `${r.media} | ${r.list} + ${r.metadata} | ${(r.mediaBytes / 1e6).toFixed(0)} |`
+          `${r.media} | ${r.list} + ${r.metadata} | ${(r.mediaBytes / 1e6).toFixed(0)} | ` +
+          `${r.cpu.reader.toFixed(1)} + ${r.cpu.mount === null ? '-' : r.cpu.mount.toFixed(1)} + ${r.cpu.emulator.toFixed(1)} = ${all.toFixed(1)} (${(all / cpus().length).toFixed(1)} s) |`
         );
       }),
+      '',
+      'CPU: the reader is python\'s own CPU time during open + load; the mount is the gcsmount daemon or the rclone process; ' +
+        'the emulator runs in the bench process. All CPU over the cores is the shortest the round could take on this machine were every core busy throughout.',
     ].join('\n');
   } finally {
     for (const mounted of live) await mounted.unmount().catch(() => undefined);
@@ -230,7 +252,7 @@ async function isMounted(path: string): Promise<boolean> {
  * the mediaLink the emulator returns. rclone runs in the foreground as our child, so that an unmount can
  * wait for it to exit and a remount can reuse its cache directory.
  */
-async function rcloneMount(b: BenchBucket, cacheDir: string): Promise<{ path: string; unmount(): Promise<void> }> {
+async function rcloneMount(b: BenchBucket, cacheDir: string): Promise<{ path: string; pid: number | null; unmount(): Promise<void> }> {
   const conf = join(b.dir, 'rclone.conf');
   await fsp.writeFile(conf, `[emu]\ntype = google cloud storage\nanonymous = true\nendpoint = ${b.emulator.url}/storage/v1/\n`);
   const path = join(b.dir, `rclone-mnt-${Date.now()}`);
@@ -249,6 +271,7 @@ async function rcloneMount(b: BenchBucket, cacheDir: string): Promise<{ path: st
   }
   return {
     path,
+    pid: child.pid ?? null,
     unmount: async () => {
       await sh('fusermount', ['-u', path]);
       const gone = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 15_000))]);
