@@ -2,9 +2,9 @@
   "targets": [
     {
       "target_name": "gcsmount_fuse",
-      "sources": ["gcsmount_fuse.c"],
+      "sources": ["gcsmount_fuse.c", "block_reads.c", "crc32c.c"],
       "cflags": ["-Wall", "-Wextra", "-O2", "<!@(pkg-config --cflags fuse3)"],
-      "libraries": ["<!@(pkg-config --libs fuse3)"]
+      "libraries": ["<!@(pkg-config --libs fuse3)", "-lpthread"]
     }
   ]
 }

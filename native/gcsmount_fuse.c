@@ -6,6 +6,13 @@
 // the reply functions with the request's handle. A handle answers exactly once: a second reply throws,
 // and a handle dropped unanswered is answered EIO when it is collected. The session outlives its mount
 // until every handle is answered, so a reply after an unmount is harmless (the kernel has forgotten it).
+//
+// Reads of blocks already on disk never reach JavaScript: JavaScript registers, per open file, which
+// block files hold which blocks and their CRC32C (from the block index), and the receive thread hands a
+// read of registered blocks to a native worker, which reads the whole block file (O_DIRECT), checks its
+// CRC32C and replies from that memory. A block that is missing, short or fails its check goes back to
+// JavaScript with the reason (which drops the row and fetches the block again), as does a read of a
+// block nobody registered.
 
 #define FUSE_USE_VERSION 312
 #define _GNU_SOURCE
@@ -22,6 +29,9 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include "block_reads.h"
+#include "crc32c.h"
 
 // The operations handed to JavaScript; keep in step with OP in src/fs/kernel.ts. Write operations get
 // their own codes when they are added.
@@ -60,14 +70,23 @@ struct mount {
   unsigned congestion_threshold;
   unsigned want_parallel_dirops;
   int patch_init_reply; // set by ll_init, for the INIT reply that follows it
+  // Reads the native path holds (block_reads.c). Once the receive loop has ended (`exiting`), no new one
+  // starts, and OP_EXITED waits for these to be answered or handed to JavaScript.
+  pthread_mutex_t native_lock;
+  pthread_cond_t native_idle;
+  long native_jobs;
+  int exiting;
 };
 
-// One request on its way to JavaScript. `name` is set for lookups.
+// One request on its way to JavaScript. `name` is set for lookups, and for a read the native path gave
+// back because of a damaged block (the block file's key; `reason` says what was wrong).
 struct msg {
   int op;
   fuse_req_t req;
   uint64_t ino;
   uint64_t a, b, c;
+  int reason;
+  int has_name;
   char name[];
 };
 
@@ -90,7 +109,7 @@ static void log_to_buffer(enum fuse_log_level level, const char *fmt, va_list ap
 
 // ------------------------------------------------------------------ receive thread side
 
-static void send(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name) {
+static void send_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, int reason) {
   size_t len = name ? strlen(name) + 1 : 0;
   struct msg *msg = malloc(sizeof *msg + len);
   if (!msg) {
@@ -103,6 +122,8 @@ static void send(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t
   msg->a = a;
   msg->b = b;
   msg->c = c;
+  msg->reason = reason;
+  msg->has_name = name != NULL;
   if (name) memcpy(msg->name, name, len);
   if (req) atomic_fetch_add(&m->outstanding, 1);
   if (napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
@@ -115,7 +136,37 @@ static void send(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t
   }
 }
 
+static void send(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name) {
+  send_reason(m, op, req, ino, a, b, c, name, 0);
+}
+
 static struct mount *mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
+
+// Every open file's and folder's fi->fh is a struct br_file (set by replyOpen), holding JavaScript's number.
+static struct br_file *file_of(const struct fuse_file_info *fi) { return (struct br_file *)(uintptr_t)fi->fh; }
+
+// A read may go to the native path: not once the receive loop has ended.
+static int native_begin(struct mount *m) {
+  pthread_mutex_lock(&m->native_lock);
+  int ok = !m->exiting;
+  if (ok) m->native_jobs++;
+  pthread_mutex_unlock(&m->native_lock);
+  return ok;
+}
+
+static void native_end(struct mount *m) {
+  pthread_mutex_lock(&m->native_lock);
+  if (--m->native_jobs == 0) pthread_cond_broadcast(&m->native_idle);
+  pthread_mutex_unlock(&m->native_lock);
+}
+
+// Hooks of the native path (worker threads): a read it gives back goes to JavaScript like any other
+// (counted outstanding before the native count drops, so the session never sees both at zero).
+static void native_fallback(fuse_req_t req, uint64_t ino, uint64_t js_fh, uint64_t off, size_t size, int reason, const char *key) {
+  send_reason(mount_of(req), OP_READ, req, ino, js_fh, off, size, key, reason);
+}
+
+static void native_done(void *req_userdata) { native_end(req_userdata); }
 
 static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   struct mount *m = userdata;
@@ -154,7 +205,8 @@ static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   // fh + 1, so 0 says "no open file" (a stat, not an fstat).
-  send(mount_of(req), OP_GETATTR, req, ino, fi ? fi->fh + 1 : 0, 0, 0, NULL);
+  // Only a regular file's getattr carries its open file (the kernel's FUSE_GETATTR_FH).
+  send(mount_of(req), OP_GETATTR, req, ino, fi ? br_file_js_fh(file_of(fi)) + 1 : 0, 0, 0, NULL);
 }
 
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
@@ -162,11 +214,20 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
-  send(mount_of(req), OP_READ, req, ino, fi->fh, (uint64_t)off, size, NULL);
+  struct mount *m = mount_of(req);
+  struct br_file *f = file_of(fi);
+  // Blocks on disk that JavaScript registered for this file: answered by a native worker.
+  if (br_started() && native_begin(m)) {
+    if (br_submit(req, ino, f, (uint64_t)off, size)) return;
+    native_end(m);
+  }
+  send(m, OP_READ, req, ino, br_file_js_fh(f), (uint64_t)off, size, NULL);
 }
 
 static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-  send(mount_of(req), OP_RELEASE, req, ino, fi->fh, 0, 0, NULL);
+  struct br_file *f = file_of(fi);
+  send(mount_of(req), OP_RELEASE, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  br_file_unref(f); // the kernel's reference, taken by replyOpen
 }
 
 static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
@@ -174,11 +235,13 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 }
 
 static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
-  send(mount_of(req), OP_READDIR, req, ino, fi->fh, (uint64_t)off, size, NULL);
+  send(mount_of(req), OP_READDIR, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
 }
 
 static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-  send(mount_of(req), OP_RELEASEDIR, req, ino, fi->fh, 0, 0, NULL);
+  struct br_file *f = file_of(fi);
+  send(mount_of(req), OP_RELEASEDIR, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  br_file_unref(f);
 }
 
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino) { send(mount_of(req), OP_STATFS, req, ino, 0, 0, 0, NULL); }
@@ -226,6 +289,10 @@ static const struct fuse_custom_io dev_io = {.writev = dev_writev, .read = dev_r
 static void *receive_loop(void *arg) {
   struct mount *m = arg;
   fuse_session_loop(m->se);
+  pthread_mutex_lock(&m->native_lock);
+  m->exiting = 1;
+  while (m->native_jobs > 0) pthread_cond_wait(&m->native_idle, &m->native_lock);
+  pthread_mutex_unlock(&m->native_lock);
   send(m, OP_EXITED, NULL, 0, 0, 0, 0, NULL);
   return NULL;
 }
@@ -280,7 +347,7 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
     return;
   }
   if (msg->op == OP_EXITED) m->loop_ended = 1;
-  napi_value argv[7], undefined;
+  napi_value argv[8], undefined;
   napi_get_undefined(env, &undefined);
   napi_create_int32(env, msg->op, &argv[0]);
   if (msg->req) {
@@ -302,11 +369,12 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
   napi_create_double(env, (double)msg->a, &argv[3]);
   napi_create_double(env, (double)msg->b, &argv[4]);
   napi_create_double(env, (double)msg->c, &argv[5]);
-  if (msg->op == OP_LOOKUP) napi_create_string_utf8(env, msg->name, NAPI_AUTO_LENGTH, &argv[6]);
+  if (msg->has_name) napi_create_string_utf8(env, msg->name, NAPI_AUTO_LENGTH, &argv[6]);
   else argv[6] = undefined;
+  napi_create_int32(env, msg->reason, &argv[7]);
   int msg_op = msg->op;
   free(msg);
-  napi_call_function(env, undefined, js_cb, 7, argv, NULL);
+  napi_call_function(env, undefined, js_cb, 8, argv, NULL);
   if (msg_op == OP_EXITED) {
     // Nothing sends any more: let the queue go, so it no longer keeps the process alive.
     napi_release_threadsafe_function(m->tsfn, napi_tsfn_release);
@@ -428,10 +496,29 @@ static napi_value reply_attr(napi_env env, napi_callback_info info) {
 #define OPEN_CACHE_READDIR 2
 #define OPEN_DIRECT_IO 4
 
-// replyOpen(req, fh, flags): flags OPEN_KEEP_CACHE | OPEN_CACHE_READDIR | OPEN_DIRECT_IO
+// A native file handle as JavaScript holds it, tagged so that no other external passes for one.
+static const napi_type_tag FILE_TAG = {0x6763736d6f756e74ULL, 0x62725f66696c6531ULL};
+
+static struct br_file *file_arg(napi_env env, napi_value v) {
+  bool ok = false;
+  struct br_file *f = NULL;
+  if (napi_check_object_type_tag(env, v, &FILE_TAG, &ok) != napi_ok || !ok || napi_get_value_external(env, v, (void **)&f) != napi_ok || !f) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: not a native file");
+    return NULL;
+  }
+  return f;
+}
+
+// replyOpen(req, fh, flags, file?): flags OPEN_KEEP_CACHE | OPEN_CACHE_READDIR | OPEN_DIRECT_IO. A file's
+// open passes its native file (nativeFile()), which the kernel's handle then names; a folder's need not.
+// Returns 0, or -errno when the kernel did not take the answer.
 static napi_value reply_open(napi_env env, napi_callback_info info) {
-  napi_value argv[3];
-  args_of(env, info, 3, argv);
+  napi_value argv[4];
+  args_of(env, info, 4, argv);
+  napi_valuetype t;
+  napi_typeof(env, argv[3], &t);
+  struct br_file *f = NULL;
+  if (t != napi_undefined && !(f = file_arg(env, argv[3]))) return NULL;
   struct req_ref *r = take_req(env, argv[0]);
   if (!r) return NULL;
   struct fuse_file_info fi;
@@ -442,9 +529,172 @@ static napi_value reply_open(napi_env env, napi_callback_info info) {
   fi.cache_readdir = (flags & OPEN_CACHE_READDIR) != 0;
   fi.direct_io = (flags & OPEN_DIRECT_IO) != 0;
   fi.noflush = 1; // nothing is ever written back: close(2) need not wait for us
-  fuse_reply_open(r->req, &fi);
+  // The kernel's reference, dropped at release(dir); a folder (or a file opened without one) gets a
+  // struct of its own, which registers nothing, so that every fi->fh names one.
+  if (f) br_file_ref(f);
+  else if (!(f = br_file_new(fi.fh, 0, 0))) {
+    fuse_reply_err(r->req, ENOMEM);
+    answered(r);
+    return NULL;
+  }
+  fi.fh = (uint64_t)(uintptr_t)f;
+  int res = fuse_reply_open(r->req, &fi);
+  if (res != 0) br_file_unref(f); // no release will come for an open the kernel did not take
   answered(r);
+  napi_value out;
+  napi_create_int32(env, res, &out);
+  return out;
+}
+
+static void file_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  br_file_unref(data);
+}
+
+// nativeFile(fh, size, blockSize): an open file's native side, for replyOpen, addBlocks and readNative.
+static napi_value native_file(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct br_file *f = br_file_new((uint64_t)num(env, argv[0]), (uint64_t)num(env, argv[1]), (uint64_t)num(env, argv[2]));
+  if (!f) {
+    napi_throw_error(env, NULL, "gcsmount_fuse: out of memory");
+    return NULL;
+  }
+  napi_value out;
+  if (napi_create_external(env, f, file_finalize, NULL, &out) != napi_ok) {
+    br_file_unref(f);
+    napi_throw_error(env, NULL, "gcsmount_fuse: cannot create a native file");
+    return NULL;
+  }
+  napi_type_tag_object(env, out, &FILE_TAG);
+  return out;
+}
+
+// addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
+static napi_value add_blocks(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  args_of(env, info, 4, argv);
+  struct br_file *f = file_arg(env, argv[0]);
+  if (!f) return NULL;
+  double first = num(env, argv[1]);
+  uint32_t n = 0;
+  napi_get_array_length(env, argv[2], &n);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value k, c;
+    char key[BR_KEY_LEN + 2];
+    size_t len = 0;
+    napi_get_element(env, argv[2], i, &k);
+    napi_get_element(env, argv[3], i, &c);
+    if (napi_get_value_string_utf8(env, k, key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
+      napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
+      return NULL;
+    }
+    br_file_add(f, (uint64_t)first + i, key, (uint32_t)num(env, c));
+  }
   return NULL;
+}
+
+// readNative(req, ino, file, pos, size): hands a read to the native path. True: the request is answered
+// (by a worker); false: a block it spans is not registered, and the request is still the caller's.
+static napi_value read_native(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  args_of(env, info, 5, argv);
+  struct br_file *f = file_arg(env, argv[2]);
+  if (!f) return NULL;
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  bool handed = false;
+  if (br_started() && native_begin(r->m)) {
+    handed = br_submit(r->req, (uint64_t)num(env, argv[1]), f, (uint64_t)num(env, argv[3]), (size_t)num(env, argv[4]));
+    if (handed) answered(r);
+    else native_end(r->m);
+  }
+  napi_value out;
+  napi_get_boolean(env, handed, &out);
+  return out;
+}
+
+static double opt_num(napi_env env, napi_value obj, const char *name, double fallback) {
+  napi_value v;
+  napi_valuetype t;
+  if (napi_get_named_property(env, obj, name, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok || t != napi_number) return fallback;
+  return num(env, v);
+}
+
+// startNativeReads({dir, blockSize, slots, workers, direct}): once per process. True when running.
+static napi_value start_native_reads(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  char dir[4096];
+  size_t len = 0;
+  napi_value v;
+  bool direct = true;
+  if (napi_get_named_property(env, argv[0], "dir", &v) != napi_ok || napi_get_value_string_utf8(env, v, dir, sizeof dir, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: startNativeReads wants {dir}");
+    return NULL;
+  }
+  if (napi_get_named_property(env, argv[0], "direct", &v) == napi_ok) napi_get_value_bool(env, v, &direct);
+  struct br_config cfg = {
+      .dir = dir,
+      .block_size = (size_t)opt_num(env, argv[0], "blockSize", 0),
+      .slots = (unsigned)opt_num(env, argv[0], "slots", 0),
+      .workers = (unsigned)opt_num(env, argv[0], "workers", 0),
+      .direct = direct,
+  };
+  struct br_hooks hooks = {.fallback = native_fallback, .done = native_done};
+  napi_value out;
+  napi_get_boolean(env, br_start(&cfg, &hooks) == 0, &out);
+  return out;
+}
+
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes]
+static napi_value native_stats(napi_env env, napi_callback_info info) {
+  (void)info;
+  uint64_t s[BR_NSTATS];
+  br_stats(s);
+  napi_value out;
+  napi_create_array_with_length(env, BR_NSTATS, &out);
+  for (uint32_t i = 0; i < BR_NSTATS; i++) {
+    napi_value e;
+    napi_create_double(env, (double)s[i], &e);
+    napi_set_element(env, out, i, e);
+  }
+  return out;
+}
+
+// nativeMaintain(idleSecs): keys of the block files read since the last call; frees idle block memory.
+static napi_value native_maintain(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  enum { MAX = 8192 };
+  char(*keys)[BR_KEY_LEN + 1] = malloc(MAX * sizeof *keys);
+  napi_value out;
+  napi_create_array(env, &out);
+  if (!keys) return out;
+  unsigned n = br_maintain(keys, MAX, (unsigned)num(env, argv[0]));
+  for (unsigned i = 0; i < n; i++) {
+    napi_value k;
+    napi_create_string_utf8(env, keys[i], BR_KEY_LEN, &k);
+    napi_set_element(env, out, i, k);
+  }
+  free(keys);
+  return out;
+}
+
+// crc32c(buffer, crc = 0): the CRC32C the native path checks blocks with (for tests).
+static napi_value crc32c_js(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  void *data = NULL;
+  size_t len = 0;
+  if (napi_get_buffer_info(env, argv[0], &data, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: crc32c wants a Buffer");
+    return NULL;
+  }
+  napi_value out;
+  napi_create_uint32(env, crc32c((uint32_t)num(env, argv[1]), data, len), &out);
+  return out;
 }
 
 // replyBuf(req, buffer, length): the kernel copies straight out of the Buffer's memory.
@@ -593,6 +843,8 @@ static napi_value do_mount(napi_env env, napi_callback_info info) {
     if (napi_get_value_bool(env, v, &b) == napi_ok) m->want_parallel_dirops = b;
   }
   atomic_init(&m->outstanding, 0);
+  pthread_mutex_init(&m->native_lock, NULL);
+  pthread_cond_init(&m->native_idle, NULL);
 
   last_log[0] = 0;
   log_to_stderr = getenv("GCSMOUNT_FUSE_DEBUG") != NULL;
@@ -657,6 +909,13 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("replyBuf", reply_buf);
   EXPORT("replyDir", reply_dir);
   EXPORT("replyStatfs", reply_statfs);
+  EXPORT("nativeFile", native_file);
+  EXPORT("addBlocks", add_blocks);
+  EXPORT("readNative", read_native);
+  EXPORT("startNativeReads", start_native_reads);
+  EXPORT("nativeStats", native_stats);
+  EXPORT("nativeMaintain", native_maintain);
+  EXPORT("crc32c", crc32c_js);
   return exports;
 }
 

@@ -105,8 +105,11 @@ describe('the block cache on disk', () => {
     expect(tb.emulator.stats().requests.media).toBe(3);
     await unmount(second.path);
     const counters = await finalCounters(second.logFile);
-    // Per file: block 1 damaged (one refetch), blocks 0 and 2 intact (served from disk).
-    expect(counters).toMatchObject({ block_cache_corrupt: 1, block_cache_short: 1, block_cache_missing: 1, block_fetches: 3, block_cache_hits: 6 });
+    // Per file: block 1 damaged (one refetch), blocks 0 and 2 intact (served from disk). A block may be
+    // read from disk twice: by the native path, and by the JavaScript reader that takes over the file's
+    // reads after the damaged block (its readahead), so hits are at least the six.
+    expect(counters).toMatchObject({ block_cache_corrupt: 1, block_cache_short: 1, block_cache_missing: 1, block_fetches: 3 });
+    expect(counters.block_cache_hits).toBeGreaterThanOrEqual(6);
   });
 
   it('keeps blocks of different block sizes apart in one cache dir', async () => {

@@ -186,6 +186,8 @@ export class DiskCache {
   private reconciled = true;
   private closed = false;
   private directIo: boolean;
+  /** Keys of blocks read elsewhere (the native read path), pulled before access times are written. */
+  private accessSources: (() => readonly string[])[] = [];
 
   private constructor(
     private readonly cfg: DiskCacheConfig,
@@ -212,6 +214,7 @@ export class DiskCache {
     this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
     this.flushTimer = setInterval(() => {
       try {
+        this.pullAccess();
         this.index.flushAccess();
       } catch (err) {
         // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
@@ -252,6 +255,39 @@ export class DiskCache {
 
   private path(key: string): string {
     return join(this.cfg.dir, BLOCKS, key.slice(0, 2), key);
+  }
+
+  /** The folder block files live in: block file KEY is KEY[0:2]/KEY under it. */
+  get blocksDir(): string {
+    return join(this.cfg.dir, BLOCKS);
+  }
+
+  /** Whether block files are read and written with O_DIRECT (--file-cache-enable-o-direct). */
+  get direct(): boolean {
+    return this.cfg.directIo;
+  }
+
+  /**
+   * Registers where else blocks are read from: `read` returns the keys read since it was last called,
+   * whose access times are then brought up to date (every flush, and before eviction picks victims).
+   */
+  addAccessSource(read: () => readonly string[]): void {
+    this.accessSources.push(read);
+  }
+
+  private pullAccess(): void {
+    if (this.accessSources.length === 0) return;
+    const now = Date.now();
+    for (const read of this.accessSources) for (const key of read()) this.index.touch(key, now);
+  }
+
+  /**
+   * A block read elsewhere (the native read path) was found damaged: its row and file go, as readRow()
+   * drops them, so the next read fetches it again. Nothing happens when the row is gone already (evicted).
+   */
+  dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
+    const row = this.index.get(key);
+    if (row) this.drop(row, counter, why);
   }
 
   /** Whether the index holds the block (not checked: a warm-up uses it to skip what is there). */
@@ -449,6 +485,7 @@ export class DiskCache {
 
   /** Evicts least recently used blocks, skipping pinned ones, until at most `target` bytes remain. */
   private evictDownTo(target: number): void {
+    this.pullAccess();
     let offset = 0;
     while (this.bytes > target) {
       const batch = this.index.oldest(256, offset);
@@ -478,6 +515,8 @@ export class DiskCache {
   }
 
   private drop(row: BlockRow, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
+    // Two readers may find the same block bad (a JavaScript read and the native path): it goes once.
+    if (!this.index.has(row.key)) return;
     this.metrics.inc(counter);
     this.log.warn({ object: row.object, generation: row.generation, block: row.block, why }, 'dropping a damaged cached block; it will be fetched again');
     this.index.delete([row.key]);

@@ -103,6 +103,14 @@ export class HandleReader {
     return data.bytes.subarray(from, from + (end - pos));
   }
 
+  /**
+   * Reads up to `end` were answered without this reader (the native path, from blocks on disk): the next
+   * read there continues the sequential run rather than counting as a seek.
+   */
+  servedElsewhere(end: number): void {
+    this.frontier = Math.max(this.frontier, Math.min(end, this.meta.size));
+  }
+
   /** Moves the sequential frontier and readahead window for a read of [pos, end); the blocks it needs. */
   private advance(pos: number, end: number): HeldBlock[] {
     const bs = this.source.blockSize;

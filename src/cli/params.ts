@@ -302,7 +302,7 @@ export const PARAMS = [
     configKey: 'file-cache.enable-o-direct',
     type: 'bool',
     default: true,
-    help: 'Write cached blocks with O_DIRECT, past the page cache; gcsmount defaults to true (gcsfuse: false): what a reader reads is in the kernel\'s cache of the mounted file already, so a second copy costs a memory copy and memory. Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) blocks are written through the page cache',
+    help: 'Write cached blocks with O_DIRECT, past the page cache, and read them back that way (the native read path); gcsmount defaults to true (gcsfuse: false): what a reader reads is in the kernel\'s cache of the mounted file already, so a second copy costs a memory copy and memory. Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) blocks go through the page cache',
     group: 'Block cache',
     effect: 'effective',
   },

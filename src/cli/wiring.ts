@@ -5,6 +5,7 @@ import { ReadaheadBudget } from '../blocks/readahead-budget.js';
 import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
+import { NativeReads } from '../fs/native-reads.js';
 import { createOperations } from '../fs/operations.js';
 import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
 import { Prefetcher } from '../prefetch/prefetcher.js';
@@ -211,6 +212,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics);
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
+  // Reads of blocks already on disk are answered by native workers, without JavaScript.
+  const native = disk ? NativeReads.start({ fuse, blocks, disk, metrics, log }) : null;
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
   const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
@@ -254,6 +257,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
   const { onRequest } = createOperations({
     fuse,
+    native,
     prefetcher,
     namespace,
     blocks,

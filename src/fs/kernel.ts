@@ -11,6 +11,8 @@ import { delimiter, join } from 'node:path';
 export type FuseRequest = { readonly __fuseRequest: unique symbol };
 /** A live session of the addon. */
 export type SessionHandle = { readonly __fuseSession: unique symbol };
+/** An open file's native side (which of its blocks are on disk), from nativeFile(). */
+export type NativeFile = { readonly __nativeFile: unique symbol };
 
 /** [ino, mode, nlink, uid, gid, size, mtimeMs] */
 export type Attr = [number, number, number, number, number, number, number];
@@ -30,6 +32,13 @@ export const OP = {
   EXITED: 100,
 } as const;
 
+/**
+ * Why the native path gave a read back (the `reason` of an OP.READ); keep in step with enum br_reason in
+ * native/block_reads.h. 0: a plain read. MISSING, SHORT and CORRUPT name a damaged block file (`name` is
+ * its key); BUSY says nothing about the block (no block memory was free, or its registration was gone).
+ */
+export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4 } as const;
+
 /** Flags for replyOpen. */
 export const OPEN_FLAGS = { KEEP_CACHE: 1, CACHE_READDIR: 2, DIRECT_IO: 4 } as const;
 
@@ -39,7 +48,23 @@ export interface MountTuning {
   parallelDirops: boolean;
 }
 
-export type RequestListener = (op: number, req: FuseRequest | undefined, ino: number, a: number, b: number, c: number, name: string | undefined) => void;
+/**
+ * `name` is a lookup's name, or for a read the native path gave back, the key of the damaged block file
+ * (`reason`, a FALLBACK code, says what was wrong with it).
+ */
+export type RequestListener = (op: number, req: FuseRequest | undefined, ino: number, a: number, b: number, c: number, name: string | undefined, reason: number) => void;
+
+export interface NativeReadsConfig {
+  /** The block folder (blocks-v2): block file KEY is dir/KEY[0:2]/KEY. */
+  dir: string;
+  blockSize: number;
+  /** Blocks held in memory at most (allocated when first needed, freed when idle). */
+  slots: number;
+  /** Threads reading block files and answering reads. */
+  workers: number;
+  /** Read block files with O_DIRECT (off, or refused by the file system: through the page cache). */
+  direct: boolean;
+}
 
 export interface FuseAddon {
   mount(mountPoint: string, args: string[], onRequest: RequestListener, tuning: MountTuning): SessionHandle;
@@ -50,13 +75,38 @@ export interface FuseAddon {
    */
   replyEntry(req: FuseRequest, attr: Attr | null, entryTimeoutSec: number, attrTimeoutSec: number): number;
   replyAttr(req: FuseRequest, attr: Attr, attrTimeoutSec: number): void;
-  replyOpen(req: FuseRequest, fh: number, flags: number): void;
+  /**
+   * A file's open passes its native file (then the kernel's handle names it); a folder's does not.
+   * Returns 0, or -errno when the kernel did not take the answer (no release will follow).
+   */
+  replyOpen(req: FuseRequest, fh: number, flags: number, file?: NativeFile): number;
   /** The kernel copies the first `length` bytes straight from the Buffer's memory. */
   replyBuf(req: FuseRequest, data: Buffer, length: number): void;
   /** Sends entries from index `start` that fit in `size` bytes (entry i has offset i + 1); returns how many. */
   replyDir(req: FuseRequest, names: readonly string[], inos: readonly number[], isDir: readonly boolean[], start: number, size: number): number;
   /** [bsize, frsize, blocks, bfree, bavail, files, ffree, favail, fsid, flag, namemax] */
   replyStatfs(req: FuseRequest, values: number[]): void;
+
+  /** Starts the native read path: once per process, later calls change nothing. False if it cannot run. */
+  startNativeReads(cfg: NativeReadsConfig): boolean;
+  /** The native side of the open file `fh`, before its open is answered. */
+  nativeFile(fh: number, size: number, blockSize: number): NativeFile;
+  /** Block first + i of the file is block file keys[i], whose bytes have CRC32C crcs[i]. */
+  addBlocks(file: NativeFile, first: number, keys: readonly string[], crcs: readonly number[]): void;
+  /**
+   * Hands a read to the native path. True: it answers the request; false: a block the read spans is not
+   * registered, and the request is still the caller's to answer.
+   */
+  readNative(req: FuseRequest, ino: number, file: NativeFile, pos: number, size: number): boolean;
+  /**
+   * Since the process started: [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory,
+   * blockHits, blockHitBytes] (hits: loaded blocks a read was answered from).
+   */
+  nativeStats(): number[];
+  /** Keys of the block files read since the last call (access times); frees block memory idle that long. */
+  nativeMaintain(idleSecs: number): string[];
+  /** The native CRC32C (hardware where the CPU has it). */
+  crc32c(data: Buffer, crc?: number): number;
 }
 
 /** The FUSE layer cannot run on this machine: what to install or fix, in one line. */

@@ -107,9 +107,9 @@ export class FuseMount {
     if (k.allowOther) options.push('allow_other');
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
-    const listener: RequestListener = (op, req, ino, a, b, c, name) => {
+    const listener: RequestListener = (op, req, ino, a, b, c, name, reason) => {
       if (op === OP.EXITED) exited();
-      else onRequest(op, req, ino, a, b, c, name);
+      else onRequest(op, req, ino, a, b, c, name, reason);
     };
     try {
       fuse.mount(path, ['-o', options.join(',')], listener, {

@@ -12,7 +12,8 @@ import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
 import { childPath, InodeTable, ROOT_INO } from './inodes.js';
-import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type RequestListener } from './kernel.js';
+import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
+import type { NativeReads } from './native-reads.js';
 
 export interface KernelTimeouts {
   /** How long the kernel may keep a name -> inode entry, and an inode's attributes. */
@@ -40,6 +41,8 @@ export interface OperationDeps {
   metrics: Metrics;
   /** Told of every open, to fetch what the reader will open next; null when prefetch is off. */
   prefetcher?: Prefetcher | null;
+  /** Answers reads of blocks on disk without JavaScript; null without a disk cache. */
+  native?: NativeReads | null;
 }
 
 /**
@@ -110,9 +113,11 @@ class Answer {
     this.done(false);
   }
 
-  open(fh: number, flags: number): void {
-    this.fuse.replyOpen(this.req, fh, flags);
+  /** False when the kernel did not take the open (the request was interrupted): no release will come. */
+  open(fh: number, flags: number, file?: NativeFile): boolean {
+    const taken = this.fuse.replyOpen(this.req, fh, flags, file) === 0;
     this.done(false);
+    return taken;
   }
 
   buf(data: Buffer, length: number): void {
@@ -152,6 +157,8 @@ export function createOperations(deps: OperationDeps): Operations {
   const handles = new HandleTable(deps.reportedSizes);
   const inodes = new InodeTable();
   const dirs = new Map<number, DirHandle>();
+  /** The native side of each open file (which of its blocks are on disk), by handle. */
+  const files = new Map<number, NativeFile>();
   let nextDir = 1;
   const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
@@ -223,20 +230,32 @@ export function createOperations(deps: OperationDeps): Operations {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
         const meta = handles.generationFor(path, entry.meta);
-        const fh = handles.add(path, new HandleReader(deps.blocks, meta, deps.reader));
+        const reader = new HandleReader(deps.blocks, meta, deps.reader);
+        const fh = handles.add(path, reader);
+        // Blocks of this generation already on disk are read natively from the first read on.
+        const file = fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
+        deps.native?.register(file, meta, 0);
+        files.set(fh, file);
         // The kernel's pages of this inode stay while they belong to the generation this open reads
         // (libfuse 2's auto_cache did this by size and mtime); otherwise the open drops them.
         const node = inodes.node(ino);
         const keep = node !== undefined && node.cachedGeneration === meta.generation;
         if (node) node.cachedGeneration = meta.generation;
-        a.open(fh, keep ? OPEN_FLAGS.KEEP_CACHE : 0);
+        if (!a.open(fh, keep ? OPEN_FLAGS.KEEP_CACHE : 0, file)) {
+          reader.close();
+          handles.remove(fh);
+          files.delete(fh);
+          return;
+        }
         deps.prefetcher?.opened(path, meta);
       },
       (err) => fail(a, path, err, errnoFor(err)),
     );
   };
 
-  const read = (a: Answer, ino: number, fh: number, pos: number, size: number): void => {
+  /** `fallback`: the native path gave this read back (a FALLBACK reason), `damagedKey` the block file it found bad. */
+  const read = (a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void => {
+    if (damagedKey) deps.native?.damaged(damagedKey, fallback);
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
     // Within one block that is here already: the kernel copies straight out of the block's memory.
@@ -244,6 +263,12 @@ export function createOperations(deps: OperationDeps): Operations {
     if (view) {
       metrics.inc('fuse_read_bytes', view.length);
       return a.buf(view, view.length);
+    }
+    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back).
+    const file = files.get(fh);
+    if (deps.native && file && !fallback) {
+      const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
+      if (until > 0) return reader.servedElsewhere(until);
     }
     const pooled = size <= POOLED_BUFFER_BYTES;
     const buf = pooled ? (pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES)) : Buffer.allocUnsafeSlow(size);
@@ -277,6 +302,7 @@ export function createOperations(deps: OperationDeps): Operations {
   const release = (a: Answer, fh: number): void => {
     handles.get(fh)?.close();
     handles.remove(fh);
+    files.delete(fh);
     a.ok();
   };
 
@@ -336,7 +362,7 @@ export function createOperations(deps: OperationDeps): Operations {
     a.ok();
   };
 
-  const onRequest: RequestListener = (op, req, ino, x, y, z, name) => {
+  const onRequest: RequestListener = (op, req, ino, x, y, z, name, reason) => {
     if (op === OP.FORGET) return inodes.forget(ino, x);
     if (!req) return;
     try {
@@ -348,7 +374,7 @@ export function createOperations(deps: OperationDeps): Operations {
         case OP.OPEN:
           return open(new Answer(fuse, metrics, req, 'open'), ino, x);
         case OP.READ:
-          return read(new Answer(fuse, metrics, req, 'read'), ino, x, y, z);
+          return read(new Answer(fuse, metrics, req, 'read'), ino, x, y, z, name, reason);
         case OP.RELEASE:
           return release(new Answer(fuse, metrics, req, 'release'), x);
         case OP.OPENDIR:

@@ -17,7 +17,11 @@ export const COUNTERS = {
   gcs_stalls: 'GCS responses cut for staying silent longer than the stall timeout',
   gcs_resumed_reads: 'range GETs resumed by Range from the last byte received after a cut',
   gcs_retry_deadline_exceeded: 'reads and lookups that failed on reaching --max-retry-duration',
-  fuse_read_bytes: 'bytes returned by FUSE reads',
+  fuse_read_bytes: 'bytes returned by FUSE reads (the native path\'s included)',
+  native_reads: 'FUSE reads answered by the native path: blocks already on disk, read and checked without JavaScript',
+  native_read_bytes: 'bytes returned by those reads',
+  native_fallbacks: 'reads the native path gave back to JavaScript (a damaged block file, or no block memory free)',
+  native_block_loads: 'block files the native path read and checked (those a read was answered from also count in block_cache_hits)',
   fuse_errors: 'FUSE operations answered with an error',
   meta_stat_hits: 'lookups answered by the stat cache',
   meta_type_hits: 'lookups answered by the type cache (directories)',
@@ -31,8 +35,8 @@ export const COUNTERS = {
   meta_walks: 'walks detected: subtrees listed flat, every folder filled from it',
   meta_walk_folders: 'folder listings filled by walks',
   names_skipped: 'object names that cannot be paths and were hidden',
-  block_cache_hits: 'blocks served from the disk cache',
-  block_cache_hit_bytes: 'bytes of blocks served from the disk cache',
+  block_cache_hits: 'blocks served from the disk cache (by JavaScript or the native path)',
+  block_cache_hit_bytes: 'bytes of blocks served from the disk cache (by JavaScript or the native path)',
   block_cache_misses: 'blocks not in the disk cache (fetched from GCS)',
   block_fetches: 'blocks downloaded from GCS',
   block_fetch_bytes: 'bytes of blocks downloaded from GCS',
@@ -69,6 +73,7 @@ export const GAUGES = {
   gcs_stall_timeout_ms: 'the current stall timeout in ms (target percentile of recent silences, within the floor and cap)',
   readahead_blocks: 'blocks held in memory ahead of sequential readers',
   block_buffers_in_use: 'block-sized buffers lent out to downloads, readers and disk writes (memory in use for block data)',
+  native_block_buffers: 'block-sized buffers the native read path holds (blocks read from disk and checked; freed after 30 s unused)',
   open_files: 'files open through the mount',
   prefetch_held_bytes: 'prefetched bytes held in memory (no --cache-dir)',
   prefetch_in_flight: 'prefetched files downloading',
@@ -131,6 +136,8 @@ function quantile(op: OpStats, q: number): number {
 export class Metrics {
   private readonly values: Record<CounterName, number>;
   private readonly gauges = new Map<GaugeName, () => number>();
+  /** Counts kept outside JavaScript (the native read path), added to a counter when it is read. */
+  private readonly sources = new Map<CounterName, (() => number)[]>();
   private readonly ops = new Map<string, OpStats>();
   private readonly startedAt = Date.now();
 
@@ -143,7 +150,16 @@ export class Metrics {
   }
 
   get(name: CounterName): number {
-    return this.values[name];
+    let v = this.values[name];
+    for (const read of this.sources.get(name) ?? []) v += read();
+    return v;
+  }
+
+  /** Adds a count kept elsewhere (monotonic, like every counter) to counter `name`. */
+  addCounterSource(name: CounterName, read: () => number): void {
+    const list = this.sources.get(name);
+    if (list) list.push(read);
+    else this.sources.set(name, [read]);
   }
 
   /** Records one FUSE operation's latency. */
@@ -179,6 +195,8 @@ export class Metrics {
     for (const [name, o] of this.ops) {
       ops[name] = { count: o.count, errors: o.errors, avgMs: o.count ? o.totalMs / o.count : 0, p50Ms: quantile(o, 0.5), p99Ms: quantile(o, 0.99), maxMs: o.maxMs };
     }
-    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters: { ...this.values }, gauges, ops };
+    const counters = { ...this.values };
+    for (const name of this.sources.keys()) counters[name] = this.get(name);
+    return { uptimeSeconds: (Date.now() - this.startedAt) / 1000, counters, gauges, ops };
   }
 }

@@ -1,0 +1,61 @@
+// The native read path: reads of blocks already on disk, answered without JavaScript.
+#pragma once
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 312
+#endif
+#include <fuse_lowlevel.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BR_KEY_LEN 32 // a block file's name: 32 hex digits (see blockFileKey in src/blocks/disk-cache.ts)
+
+// Why a read went back to JavaScript; keep in step with FALLBACK in src/fs/kernel.ts.
+enum br_reason {
+  BR_OK = 0,
+  BR_MISSING = 1, // the block file cannot be opened or read
+  BR_SHORT = 2,   // it holds fewer bytes than the block
+  BR_CORRUPT = 3, // its bytes fail the CRC32C the index holds
+  BR_BUSY = 4,    // no block memory free (every slot in use): nothing wrong with the block
+};
+
+// BR_LOADS: block files read and checked; BR_HITS: of those, blocks a read was answered from (a block
+// loaded ahead that no read used is not a cache hit).
+enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_NSTATS };
+
+struct br_config {
+  const char *dir;   // the block folder (blocks-v2): files are dir/<key[0:2]>/<key>
+  size_t block_size; // every registered block is this size (the last of a file shorter)
+  unsigned slots;    // blocks held in memory at most
+  unsigned workers;  // threads reading block files and replying
+  int direct;        // read block files with O_DIRECT
+};
+
+// What the mount does with a read the native path gives back (on a worker thread), and when a native
+// read is over (answered, or given back: the request is gone by then).
+struct br_hooks {
+  void (*fallback)(fuse_req_t req, uint64_t ino, uint64_t js_fh, uint64_t off, size_t size, int reason, const char *key);
+  void (*done)(void *req_userdata); // the request's fuse_req_userdata, taken before it was answered
+};
+
+// Starts the workers, once per process; 0 on success (or if already started), -1 otherwise.
+int br_start(const struct br_config *cfg, const struct br_hooks *hooks);
+int br_started(void);
+
+// One open file: its JavaScript handle, size, and which of its blocks are on disk. Reference counted
+// (the kernel's open, JavaScript's handle on it, reads in progress).
+struct br_file;
+struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size);
+void br_file_ref(struct br_file *f);
+void br_file_unref(struct br_file *f);
+uint64_t br_file_js_fh(const struct br_file *f);
+// Registers block `block` of the file as the block file `key` with CRC32C `crc`.
+void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t crc);
+
+// Queues a read of the file for a worker when every block it spans is registered: 1, and the request is
+// the worker's (hooks.done follows); 0 otherwise, and the request is still the caller's.
+int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, size_t size);
+
+void br_stats(uint64_t out[BR_NSTATS]);
+// Keys of the blocks read since the last call (for the index's access times), `max` at most, into
+// `out` (BR_KEY_LEN + 1 each); frees the memory of blocks unused for `idle_secs`. Returns the count.
+unsigned br_maintain(char (*out)[BR_KEY_LEN + 1], unsigned max, unsigned idle_secs);

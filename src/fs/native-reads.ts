@@ -1,0 +1,101 @@
+import { availableParallelism } from 'node:os';
+import type { BlockSource } from '../blocks/block-source.js';
+import type { DiskCache } from '../blocks/disk-cache.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
+import type { Logger } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import { FALLBACK, type FuseAddon, type FuseRequest, type NativeFile } from './kernel.js';
+
+/**
+ * Blocks registered with the native side at a time, from the block a read asks for: a sequential reader
+ * comes back to JavaScript once per this many blocks (64 MiB at 4 MiB blocks), a random one once per
+ * block it has not touched yet.
+ */
+const WINDOW_BLOCKS = 16;
+/** Memory for blocks being answered from, and read ahead for sequential readers (a cap, not a reservation). */
+const NATIVE_MEMORY_BYTES = 128 * 1024 * 1024;
+const MIN_SLOTS = 4;
+/** Block memory unused this long goes back to the system. */
+const IDLE_SECS = 30;
+
+const DAMAGE: Record<number, { counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt'; why: string }> = {
+  [FALLBACK.MISSING]: { counter: 'block_cache_missing', why: 'native read: block file unreadable' },
+  [FALLBACK.SHORT]: { counter: 'block_cache_short', why: 'native read: block file shorter than its block' },
+  [FALLBACK.CORRUPT]: { counter: 'block_cache_corrupt', why: 'native read: block file fails its CRC32C' },
+};
+
+/**
+ * The JavaScript half of the native read path (native/block_reads.c): tells the addon which blocks of an
+ * open file are on disk (key and CRC32C from the block index), so reads of them are answered by native
+ * workers, which read the whole block file, check its CRC32C and reply from that memory. What it gives
+ * back for a damaged block is dropped here, and the read goes the JavaScript way (GCS).
+ */
+export class NativeReads {
+  private constructor(
+    private readonly fuse: FuseAddon,
+    private readonly blocks: BlockSource,
+    private readonly disk: DiskCache,
+  ) {}
+
+  /** Starts the native workers over the disk cache's block folder; null (said once) if they cannot run. */
+  static start(deps: { fuse: FuseAddon; blocks: BlockSource; disk: DiskCache; metrics: Metrics; log: Logger }): NativeReads | null {
+    const { fuse, blocks, disk, metrics, log } = deps;
+    const started = fuse.startNativeReads({
+      dir: disk.blocksDir,
+      blockSize: blocks.blockSize,
+      slots: Math.max(MIN_SLOTS, Math.floor(NATIVE_MEMORY_BYTES / blocks.blockSize)),
+      // Workers mostly wait (on the disk, or for a block another one is loading); the copies scale with cores.
+      workers: Math.min(16, Math.max(4, availableParallelism())),
+      direct: disk.direct,
+    });
+    if (!started) {
+      log.warn({}, 'the native read path could not start: reads of cached blocks go through JavaScript');
+      return null;
+    }
+    const stat = (i: number) => () => fuse.nativeStats()[i]!;
+    metrics.addCounterSource('native_reads', stat(0));
+    metrics.addCounterSource('native_read_bytes', stat(1));
+    metrics.addCounterSource('fuse_read_bytes', stat(1));
+    metrics.addCounterSource('native_fallbacks', stat(2));
+    metrics.addCounterSource('native_block_loads', stat(3));
+    metrics.addCounterSource('block_cache_hits', stat(6));
+    metrics.addCounterSource('block_cache_hit_bytes', stat(7));
+    metrics.setGauge('native_block_buffers', stat(5));
+    disk.addAccessSource(() => fuse.nativeMaintain(IDLE_SECS));
+    return new NativeReads(fuse, blocks, disk);
+  }
+
+  /** Registers the blocks from `first` on that are on disk (a window of them); returns how many. */
+  register(file: NativeFile, meta: ObjectMeta, first: number): number {
+    const rows = this.blocks.diskRows(meta, first, WINDOW_BLOCKS);
+    if (rows.length > 0)
+      this.fuse.addBlocks(
+        file,
+        first,
+        rows.map((r) => r.key),
+        rows.map((r) => r.crc32c),
+      );
+    return rows.length;
+  }
+
+  /**
+   * Hands the read to the native side when every block it spans is on disk (registering a window from
+   * its first block). Returns the end of the registered run (the reader skips to it), or 0 when the read
+   * is still the caller's.
+   */
+  handOff(req: FuseRequest, ino: number, file: NativeFile, meta: ObjectMeta, pos: number, size: number): number {
+    const end = Math.min(meta.size, pos + size);
+    if (pos >= end) return 0;
+    const bs = this.blocks.blockSize;
+    const first = Math.floor(pos / bs);
+    const n = this.register(file, meta, first);
+    if (first + n <= Math.floor((end - 1) / bs)) return 0;
+    return this.fuse.readNative(req, ino, file, pos, size) ? Math.min(meta.size, (first + n) * bs) : 0;
+  }
+
+  /** The native side found block file `key` damaged (a FALLBACK reason): it goes, and is fetched again. */
+  damaged(key: string, reason: number): void {
+    const d = DAMAGE[reason];
+    if (d) this.disk.dropDamaged(key, d.counter, d.why);
+  }
+}

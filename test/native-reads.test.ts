@@ -1,0 +1,160 @@
+import { crc32c } from '@node-rs/crc32';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blockFileKey, BLOCKS_DIR } from '../src/blocks/disk-cache.js';
+import { loadFuse } from '../src/fs/kernel.js';
+import { cleanupAll, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { bytes, objectMeta, sha256 } from './helpers/objects.js';
+
+const MIB = 1024 * 1024;
+const BLOCK = 4 * MIB;
+const PY = '/usr/bin/python3';
+
+interface Stats {
+  counters: Record<string, number>;
+  fuseOps: Record<string, { count: number } | undefined>;
+}
+
+async function stats(path: string): Promise<Stats> {
+  const r = await run(GCSMOUNT, ['stats', path, '--json']);
+  if (r.code !== 0) throw new Error(`stats: ${r.stderr}`);
+  return JSON.parse(r.stdout) as Stats;
+}
+
+/**
+ * Reads of blocks already in the disk cache are answered by the addon's native workers (read whole,
+ * CRC32C-checked, replied from that memory) without a JavaScript read; a damaged block file goes back to
+ * JavaScript, which drops it and fetches the block from GCS.
+ */
+describe('native reads of cached blocks', () => {
+  let tb: TestBucket;
+  // 10 whole blocks and a short last one, so both lengths are read and checked.
+  const big = bytes(40 * MIB + 12345, 31);
+  const NAME = 'warm/big.bin';
+
+  beforeAll(async () => {
+    tb = await startBucket('native');
+    await writeObjects(tb.root, tb.bucket, { [NAME]: big });
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  /** A cache dir holding every block of the object, filled by a mount that is gone again. */
+  const filledCache = async (): Promise<{ cacheDir: string; mountPoint: string }> => {
+    const cacheDir = await tempDir('cache');
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    expect(await sha256Of(join(m.path, NAME))).toBe(sha256(big));
+    await unmount(m.path);
+    await finalCounters(m.logFile); // the daemon has stopped and let go of the cache
+    return { cacheDir, mountPoint: m.path };
+  };
+
+  const blockFile = async (cacheDir: string, block: number): Promise<string> => {
+    const { generation } = await objectMeta(tb, NAME);
+    const key = blockFileKey({ bucket: tb.bucket, object: NAME, generation, block, blockSize: BLOCK });
+    return join(cacheDir, BLOCKS_DIR, key.slice(0, 2), key);
+  };
+
+  it('answers reads of blocks on disk without JavaScript or GCS, with the right bytes', async () => {
+    const { cacheDir, mountPoint } = await filledCache();
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint });
+    tb.emulator.resetStats();
+    expect(await sha256Of(join(m.path, NAME))).toBe(sha256(big));
+    // A read across two blocks (O_DIRECT from the reader: the kernel passes its exact range on).
+    const r = await run(PY, [
+      '-c',
+      `import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY|os.O_DIRECT); sys.stdout.write(os.pread(fd, 300, ${BLOCK - 100}).hex())`,
+      join(m.path, NAME),
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(big.subarray(BLOCK - 100, BLOCK + 200).toString('hex'));
+    const s = await stats(m.path);
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    // Every byte from the native path; the open registered the blocks, so no read entered JavaScript.
+    expect(s.counters.native_read_bytes).toBe(big.length + 300);
+    expect(s.counters.fuse_read_bytes).toBe(big.length + 300);
+    expect(s.fuseOps.read?.count ?? 0).toBe(0);
+    expect(s.counters.native_fallbacks).toBe(0);
+    // Each block read from disk and checked once for the sequential read (the cross-block one may find
+    // both in memory still, or read them again).
+    expect(s.counters.native_block_loads).toBeGreaterThanOrEqual(11);
+    expect(s.counters.native_block_loads).toBeLessThanOrEqual(13);
+    await unmount(m.path);
+  });
+
+  it('drops a corrupt, a short and a missing block file and fetches just those blocks from GCS again', async () => {
+    const { cacheDir, mountPoint } = await filledCache();
+    // Damage three blocks: flipped bytes (same length), cut short, gone.
+    const corrupt = await blockFile(cacheDir, 2);
+    const fh = await fsp.open(corrupt, 'r+');
+    await fh.write(Buffer.from('not the bytes'), 0, 13, 123_456);
+    await fh.close();
+    await fsp.truncate(await blockFile(cacheDir, 5), 1_000_000);
+    await fsp.rm(await blockFile(cacheDir, 10));
+
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint });
+    tb.emulator.resetStats();
+    // Another process reads; every byte is the object's.
+    expect(await sha256Of(join(m.path, NAME))).toBe(sha256(big));
+    expect(tb.emulator.stats().requests.media).toBe(3);
+    const s = await stats(m.path);
+    expect(s.counters.native_fallbacks).toBeGreaterThanOrEqual(3);
+    expect(s.counters.block_cache_corrupt).toBe(1);
+    expect(s.counters.block_cache_short).toBe(1);
+    expect(s.counters.block_cache_missing).toBe(1);
+    expect(s.counters.block_fetches).toBe(3);
+    await unmount(m.path);
+    await finalCounters(m.logFile);
+
+    // The fetched blocks went back to disk: the next mount reads everything natively, GCS untouched.
+    const again = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint });
+    tb.emulator.resetStats();
+    expect(await sha256Of(join(again.path, NAME))).toBe(sha256(big));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    const s2 = await stats(again.path);
+    expect(s2.counters.native_fallbacks).toBe(0);
+    expect(s2.counters.native_read_bytes).toBe(big.length);
+    await unmount(again.path);
+  });
+
+  it('serves a block damaged after it was checked from the checked copy, and the next open refetches it', async () => {
+    const { cacheDir, mountPoint } = await filledCache();
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint });
+    tb.emulator.resetStats();
+    // Block 0 read and checked into memory by a first reader.
+    const head = await run('dd', [`if=${join(m.path, NAME)}`, 'of=/dev/null', 'bs=64k', 'count=1', 'iflag=direct']);
+    expect(head.code, head.stderr).toBe(0);
+    // Then its file goes bad on disk: the memory holds what was checked, so bytes stay right either way.
+    const file = await blockFile(cacheDir, 0);
+    const fh = await fsp.open(file, 'r+');
+    await fh.write(Buffer.alloc(4096, 0xee), 0, 4096, 8192);
+    await fh.close();
+    expect(await sha256Of(join(m.path, NAME))).toBe(sha256(big));
+    await unmount(m.path);
+    await finalCounters(m.logFile);
+    // A fresh daemon checks the file again, finds it bad and fetches the block from GCS.
+    const again = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint });
+    tb.emulator.resetStats();
+    expect(await sha256Of(join(again.path, NAME))).toBe(sha256(big));
+    expect(tb.emulator.stats().requests.media).toBe(1);
+    expect((await stats(again.path)).counters.block_cache_corrupt).toBe(1);
+    await unmount(again.path);
+  });
+
+  it('checks blocks with the same CRC32C as the block index (hardware or not)', () => {
+    const fuse = loadFuse();
+    const data = bytes(3 * MIB + 777, 5);
+    for (const len of [0, 1, 7, 8, 9, 4095, 4096, 4097, 12_289, MIB, 3 * MIB + 777]) {
+      for (const off of [0, 1, 5]) {
+        const b = data.subarray(off, Math.min(data.length, off + len));
+        expect(fuse.crc32c(b), `${len}@${off}`).toBe(crc32c(b));
+        const half = b.length >> 1;
+        expect(fuse.crc32c(b.subarray(half), fuse.crc32c(b.subarray(0, half)))).toBe(crc32c(b));
+      }
+    }
+  });
+});
