@@ -123,6 +123,36 @@ describe('request rate: AIMD', () => {
     await clock.advance(2_000);
   });
 
+  it('a first 429 after a whole second of accepted requests cuts to half of what was accepted, not to the floor', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    // A daemon whose readers started late: the bucket accepted it at 20/s for 1.5 s before its first 429.
+    let g!: RateGrant;
+    for (let i = 0; i < 30; i++) {
+      g = await granted(r, clock);
+      r.succeeded(g);
+      await clock.advance(50);
+    }
+    expect(r.throttled(g, null)).toBe(true);
+    expect(r.rate).toBeGreaterThan(DEFAULT_REQUEST_RATE.slowStartDecreaseFactor * 18);
+    expect(r.rate).toBeLessThan(DEFAULT_REQUEST_RATE.slowStartDecreaseFactor * 22);
+    // No slow start follows: it grows as after any cut (one step a second, below what was accepted).
+    let stop = false;
+    const pump = async () => {
+      while (!stop) {
+        const x = await r.acquire();
+        if (!stop) r.succeeded(x);
+      }
+    };
+    const cut = r.rate;
+    void pump();
+    void pump();
+    await clock.advance(1_100);
+    expect(r.rate).toBeLessThanOrEqual(cut + DEFAULT_REQUEST_RATE.increasePerSecond + 1e-9);
+    stop = true;
+    await clock.advance(1_000);
+  });
+
   it('slow-starts no further than twice what its readers use', async () => {
     const clock = new FakeClock();
     const r = limiter(clock, { initial: 1000 });

@@ -3,8 +3,9 @@
  *
  * A concurrency limit cannot go below one request in flight, and one request in flight at 30 ms is
  * already 33 requests/s; several daemons sharing a bucket capped at a few dozen requests/s need a rate.
- * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min`, and it
- * slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
+ * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min` (or, if
+ * the bucket had accepted this daemon's requests for a whole second already, to half the rate it
+ * accepted them at), and it slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
  * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate that
  * request was granted at. From then on a 429 cuts it to `decreaseFactor` times its own rate, and it
  * grows in every second in which requests waited for tokens and none was throttled: by
@@ -225,7 +226,17 @@ export class RequestRate {
     this.growSince = null;
     this.beyondPlateau = 0;
     if (grant.epoch !== this.epoch) return false;
-    if (!this.established) {
+    if (!this.established && t - this.activeSince >= WINDOW_SLOT_MS * WINDOW_SLOTS) {
+      // The first 429 after a whole second of requests accepted: a daemon whose readers started after
+      // the others' (a second apart on a loaded machine), which the bucket served while they, cut at
+      // their first 429s, were slow-starting. What it was accepted at is a second's measure, not a
+      // burst's luck, and the others are near it now: it ends its start as a slow start ends, at half
+      // that. Sent to the floor instead, it slow-started into a full bucket, its slow start ended at a
+      // few requests/s, and it held a fifth of the limit for the rest of a 20 s job (measured).
+      this.established = true;
+      this.plateau = this.acceptedRate(t);
+      this.rateValue = Math.max(this.cfg.min, this.cfg.slowStartDecreaseFactor * this.plateau);
+    } else if (!this.established) {
       // The first overload: what GCS accepted so far is a few requests in a fraction of a second, and
       // which daemon's requests the bucket's burst happened to take is luck. A cut from that measure
       // kept the luckiest daemon at several times the others' rate for the whole job; every daemon
