@@ -219,6 +219,21 @@ describe('request rate: AIMD', () => {
     await clock.advance(1_000);
   });
 
+  it('grows no further than twice what the bucket accepted over the last second, after the slow start too', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null); // the start: to the floor
+    r.throttled(await granted(r, clock), null); // the end of the slow start
+    (r as unknown as { rateValue: number }).rateValue = 8;
+    // Readers that ask for 10 tokens at once, every second: they queue each time, but use 10/s.
+    for (let s = 0; s < 12; s++) {
+      for (let i = 0; i < 10; i++) void r.acquire().then((g) => r.succeeded(g));
+      await clock.advance(1000);
+    }
+    expect(r.rate).toBeGreaterThan(8);
+    expect(r.rate).toBeLessThanOrEqual((2 * 10) / 0.9); // the window is the last 0.9-1 s
+  });
+
   it('cuts a rate far above what was sent for a whole second from three times what was accepted', async () => {
     const clock = new FakeClock();
     const r = limiter(clock, { initial: 1000 });

@@ -120,6 +120,8 @@ const WINDOW_SLOTS = 10;
 const UNUSED_RATE_FACTOR = 3;
 /** Grants a slow-start step must allow before what was used in it can gate the next step. */
 const MEASURABLE_GRANTS = 4;
+/** Growth after the slow start takes the rate to at most this many times what was accepted over the last second. */
+const GROWTH_USE_FACTOR = 2;
 
 export class RequestRate {
   private readonly now: () => number;
@@ -308,7 +310,7 @@ export class RequestRate {
    * Then, for each full second of saturated use without a 429: one additive step below the plateau;
    * at or beyond it, a step that doubles with each such second (within half the rate), since no 429
    * there means the limit has moved (another daemon has stopped, or GCS has scaled up) and +1 step/s
-   * would take minutes to find it.
+   * would take minutes to find it. Never beyond twice what was accepted over the last second.
    */
   private grow(): void {
     const t = this.now();
@@ -346,6 +348,12 @@ export class RequestRate {
       const step = this.cfg.increasePerSecond * 2 ** this.beyondPlateau;
       rate += Math.min(step, Math.max(this.cfg.increasePerSecond, rate / 2));
     }
+    // Earned by use, as in the slow start: readers slower than the rate still queue now and then (eight
+    // of them finishing together), which counts as a saturated second. A daemon whose readers were
+    // held to 18/s by a loaded machine grew its rate to 60/s that way; when another daemon finished and
+    // its readers sped up, it sent at 60/s into the 60/s bucket beside a second such daemon (17 429s in
+    // a second, measured).
+    if (t - this.activeSince >= WINDOW_SLOT_MS * WINDOW_SLOTS) rate = Math.min(rate, Math.max(this.rate, GROWTH_USE_FACTOR * this.acceptedRate(t)));
     this.rateValue = Math.min(this.ceiling(), rate);
     this.growSince = this.growSince + seconds * 1000;
     if (this.waiters.length === 0) {
