@@ -3,15 +3,16 @@
  *
  * A concurrency limit cannot go below one request in flight, and one request in flight at 30 ms is
  * already 33 requests/s; several daemons sharing a bucket capped at a few dozen requests/s need a rate.
- * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min` (or, if
- * the bucket had accepted this daemon's requests for a whole second already, to half the rate it
- * accepted them at), and it slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
+ * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min`, and it
+ * slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
  * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate that
- * request was granted at. From then on a 429 cuts it to `decreaseFactor` times its own rate, and it
- * grows in every second in which requests waited for tokens and none was throttled: by
- * `increasePerSecond` while it is below its plateau (the rate the last 429 came at: where the bucket
- * said no last time), and beyond the plateau by a step that doubles with each such second (within half
- * the rate: at most x1.5 a second). K daemons doing this on one bucket converge to about 1/K each: every
+ * request was granted at. (A first 429 after a whole second of accepted requests goes straight to
+ * half the rate accepted over that second.) From then on a 429 cuts it to `decreaseFactor` times its
+ * own rate, and it grows in every second in which requests waited for tokens and none was throttled:
+ * by `increasePerSecond` while it is below its plateau (the rate the last 429 came at: where the
+ * bucket said no last time), and beyond the plateau by a step that doubles with each such second
+ * (within half the rate: at most x1.5 a second), never beyond twice what was accepted over the last
+ * second (growth is earned by use). K daemons doing this on one bucket converge to about 1/K each: every
  * cut shrinks a daemon's rate by the same fraction, every increase adds the same amount to each (Chiu
  * and Jain's argument for TCP). A cut counts once per overload: a 429 on a request granted before the
  * last cut is the same overload answering late.
