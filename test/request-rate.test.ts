@@ -98,7 +98,7 @@ describe('request rate: AIMD', () => {
     for (const g of grants.slice(0, 19)) r.succeeded(g);
     expect(r.throttled(grants[19]!, null)).toBe(true);
     expect(r.rate).toBe(DEFAULT_REQUEST_RATE.min);
-    // Saturated: doubles at 1250, 1500, 1750, 2000 ms of the clock.
+    // Saturated: doubles at 1125, 1250, 1375, 1500 ms of the clock (steps of an eighth of a second).
     let stop = false;
     const pump = async () => {
       while (!stop) {
@@ -108,18 +108,49 @@ describe('request rate: AIMD', () => {
     };
     void pump();
     void pump();
-    await clock.advance(230); // t = 1240: no step yet
+    await clock.advance(105); // t = 1115: no step yet
     expect(r.rate).toBe(1);
-    await clock.advance(770); // t = 2010: four steps
+    await clock.advance(395); // t = 1510: four steps
     expect(r.rate).toBe(16);
     // The 429 that ends it halves the rate its token was granted at; a late one of the same overload does not cut.
     const over = await granted(r, clock);
     const late = await granted(r, clock);
     expect(r.throttled(over, null)).toBe(true);
-    expect(r.rate).toBe(8);
+    expect(r.rate).toBe(over.rate / 2);
+    expect(over.rate).toBeGreaterThanOrEqual(16);
     expect(r.throttled(late, null)).toBe(false);
     stop = true;
     await clock.advance(2_000);
+  });
+
+  it('a first 429 after a whole second of accepted requests cuts to half of what was accepted, not to the floor', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    // A daemon whose readers started late: the bucket accepted it at 20/s for 1.5 s before its first 429.
+    let g!: RateGrant;
+    for (let i = 0; i < 30; i++) {
+      g = await granted(r, clock);
+      r.succeeded(g);
+      await clock.advance(50);
+    }
+    expect(r.throttled(g, null)).toBe(true);
+    expect(r.rate).toBeGreaterThan(DEFAULT_REQUEST_RATE.slowStartDecreaseFactor * 18);
+    expect(r.rate).toBeLessThan(DEFAULT_REQUEST_RATE.slowStartDecreaseFactor * 22);
+    // No slow start follows: it grows as after any cut (one step a second, below what was accepted).
+    let stop = false;
+    const pump = async () => {
+      while (!stop) {
+        const x = await r.acquire();
+        if (!stop) r.succeeded(x);
+      }
+    };
+    const cut = r.rate;
+    void pump();
+    void pump();
+    await clock.advance(1_100);
+    expect(r.rate).toBeLessThanOrEqual(cut + DEFAULT_REQUEST_RATE.increasePerSecond + 1e-9);
+    stop = true;
+    await clock.advance(1_000);
   });
 
   it('slow-starts no further than twice what its readers use', async () => {
@@ -132,17 +163,16 @@ describe('request rate: AIMD', () => {
       await clock.advance(1000);
     }
     expect(r.rate).toBeGreaterThanOrEqual(8);
-    expect(r.rate).toBeLessThanOrEqual(2 * 40); // the most a step can have seen: 10 tokens in 250 ms
+    expect(r.rate).toBeLessThanOrEqual(2 * 80); // the most a step can have seen: 10 tokens in 125 ms
   });
 
-  it('then cuts to a fraction of its own rate once per overload, and adds the same step each saturated second', async () => {
+  it('then cuts to a fraction of its own rate once per overload; below that rate it adds one step a second, beyond it the step doubles', async () => {
     const clock = new FakeClock();
     const r = limiter(clock, { initial: 1000 });
     r.throttled(await granted(r, clock), null); // the start: to the floor
-    const ending = await granted(r, clock);
-    r.throttled(ending, null); // the end of the slow start: half the rate it was granted at
-    expect(r.rate).toBe(ending.rate / 2);
-    const start = r.rate;
+    r.throttled(await granted(r, clock), null); // the end of the slow start
+    // A daemon at 20/s, saturated for two seconds (so what it sent is 20/s, and a cut is from its own rate).
+    (r as unknown as { rateValue: number }).rateValue = 20;
     let stop = false;
     const pump = async () => {
       while (!stop) {
@@ -152,28 +182,56 @@ describe('request rate: AIMD', () => {
     };
     void pump();
     void pump();
-    const step = DEFAULT_REQUEST_RATE.increasePerSecond;
-    await clock.advance(5_000);
-    expect(r.rate).toBeGreaterThanOrEqual(start + 4 * step);
-    expect(r.rate).toBeLessThanOrEqual(start + 5 * step);
+    await clock.advance(2_000);
     // A 429: x0.9 of its own rate, whatever the last second accepted; the same overload answering late does not cut again.
     const a = await granted(r, clock);
     const b = await granted(r, clock);
     const before = r.rate;
     expect(r.throttled(a, null)).toBe(true);
-    expect(r.rate).toBeCloseTo(DEFAULT_REQUEST_RATE.decreaseFactor * before, 5);
-    expect(r.throttled(b, null)).toBe(false);
     const cut = r.rate;
-    await clock.advance(5_000);
-    expect(r.rate).toBeGreaterThanOrEqual(cut + 4 * step);
-    expect(r.rate).toBeLessThanOrEqual(cut + 5 * step);
-    const additive = r.rate;
-    // Four more calm seconds: the steps double up to 4 (the capacity has freed up; find it faster).
-    await clock.advance(4_000);
-    expect(r.rate).toBeGreaterThanOrEqual(additive + 8 * step);
-    expect(r.rate).toBeLessThanOrEqual(additive + 16 * step);
+    expect(cut).toBeCloseTo(DEFAULT_REQUEST_RATE.decreaseFactor * before, 5);
+    expect(r.throttled(b, null)).toBe(false);
+    // Below the plateau (the rate the 429 came at) one step a second; from it on, the step doubles each
+    // second (2, 4, 8 steps), within half the rate. Sampled just past each second since the cut.
+    const step = DEFAULT_REQUEST_RATE.increasePerSecond;
+    const rates: number[] = [];
+    for (let s = 0; s < 6; s++) {
+      await clock.advance(1_000);
+      rates.push(r.rate);
+    }
+    const expected = [cut + step, cut + 2 * step];
+    let x = expected[1]!;
+    for (let k = 1; k <= 4; k++) expected.push((x += Math.min(step * 2 ** k, Math.max(step, x / 2))));
+    expect(expected[1]).toBeGreaterThanOrEqual(before); // the plateau is passed in the second second
+    for (let s = 0; s < 6; s++) {
+      // Growth is counted in whole seconds from the first wait after the cut: at most one second behind.
+      expect(rates[s]).toBeGreaterThanOrEqual(s === 0 ? cut : expected[s - 1]! - 1e-9);
+      expect(rates[s]).toBeLessThanOrEqual(expected[s]! + 1e-9);
+    }
+    expect(rates[5]).toBeGreaterThan(cut + 10 * step); // additive steps alone would be cut + 6 steps
+    // Another 429 makes the steps additive again, below the new plateau.
+    const c = await granted(r, clock);
+    r.throttled(c, null);
+    const again = r.rate;
+    await clock.advance(2_000);
+    expect(r.rate).toBeLessThanOrEqual(again + 2 * step + 1e-9);
     stop = true;
     await clock.advance(1_000);
+  });
+
+  it('grows no further than twice what the bucket accepted over the last second, after the slow start too', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null); // the start: to the floor
+    r.throttled(await granted(r, clock), null); // the end of the slow start
+    (r as unknown as { rateValue: number }).rateValue = 8;
+    // Readers that ask for 10 tokens at once, every second: they queue each time, but use 10/s.
+    for (let s = 0; s < 12; s++) {
+      for (let i = 0; i < 10; i++) void r.acquire().then((g) => r.succeeded(g));
+      await clock.advance(1000);
+    }
+    expect(r.rate).toBeGreaterThan(8);
+    expect(r.rate).toBeLessThanOrEqual((2 * 10) / 0.9); // the window is the last 0.9-1 s
   });
 
   it('cuts a rate far above what was sent for a whole second from three times what was accepted', async () => {
