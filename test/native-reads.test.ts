@@ -1,4 +1,5 @@
 import { crc32c } from '@node-rs/crc32';
+import { crc32c as daemonCrc32c } from '../src/crc32c.js';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -156,5 +157,7 @@ describe('native reads of cached blocks', () => {
         expect(fuse.crc32c(b.subarray(half), fuse.crc32c(b.subarray(0, half)))).toBe(crc32c(b));
       }
     }
+    // The JavaScript path's checks (a whole object against GCS's, a block written or read back) use it too.
+    expect(daemonCrc32c).toBe(fuse.crc32c);
   });
 });

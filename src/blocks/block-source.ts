@@ -1,4 +1,4 @@
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../crc32c.js';
 import { GcsError } from '../gcs/errors.js';
 import type { ObjectClient, ObjectMeta, ReadPriority } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';

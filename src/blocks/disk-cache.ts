@@ -1,4 +1,4 @@
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../crc32c.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp, rmSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
