@@ -1,23 +1,12 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, GCSMOUNT, mount, run, startBucket, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, mount, mountStats, run, startBucket, unmount, writeObjects, type MountStats, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 const PY = '/usr/bin/python3';
 
-interface Stats {
-  counters: Record<string, number>;
-  fuseOps: Record<string, { count: number } | undefined>;
-}
-
-async function stats(path: string): Promise<Stats> {
-  const r = await run(GCSMOUNT, ['stats', path, '--json']);
-  if (r.code !== 0) throw new Error(`stats: ${r.stderr}`);
-  return JSON.parse(r.stdout) as Stats;
-}
-
-const opCount = (s: Stats, op: string): number => s.fuseOps[op]?.count ?? 0;
+const opCount = (s: MountStats, op: string): number => s.fuseOps[op]?.count ?? 0;
 
 /** The most requests of one kind the emulator was answering at the same moment. */
 function peakOverlap(log: { kind: string; startMs: number; endMs: number }[], kind: string): number {
@@ -78,10 +67,10 @@ describe('the libfuse3 layer', () => {
     const measure = async (args: string[]) => {
       const m = await mount({ tb, args });
       try {
-        const before = await stats(m.path);
+        const before = await mountStats(m.path);
         const r = await run('dd', [`if=${join(m.path, 'big/seq.bin')}`, 'of=/dev/null', 'bs=4M']);
         expect(r.code, r.stderr).toBe(0);
-        const after = await stats(m.path);
+        const after = await mountStats(m.path);
         const reads = opCount(after, 'read') - opCount(before, 'read');
         const bytesRead = after.counters.fuse_read_bytes! - before.counters.fuse_read_bytes!;
         expect(bytesRead).toBe(64 * MIB);
@@ -108,11 +97,11 @@ describe('the libfuse3 layer', () => {
         const dir = join(m.path, 'listed');
         const first = await run('ls', [dir]);
         expect(first.stdout.split('\n').filter(Boolean)).toEqual(['a', 'b', 'sub']);
-        const before = await stats(m.path);
+        const before = await mountStats(m.path);
         tb.emulator.resetStats();
         const second = await run('ls', [dir]);
         expect(second.stdout).toBe(first.stdout);
-        const after = await stats(m.path);
+        const after = await mountStats(m.path);
         return { readdirs: opCount(after, 'readdir') - opCount(before, 'readdir'), gcs: tb.emulator.stats().requests.total };
       } finally {
         await unmount(m.path);

@@ -7,7 +7,7 @@ import { compareKeys, Listing, ListingRun, listingOf } from '../src/namespace/li
 import { MetadataCache } from '../src/namespace/metadata-cache.js';
 import { ListWorkers, RangeLister, splitPoints, type FetchedPage } from '../src/namespace/range-lister.js';
 import { Metrics } from '../src/observe/metrics.js';
-import { cleanupAll, GCSMOUNT, mount, run, startBucket, unmount, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, mount, mountStats, run, startBucket, unmount, type TestBucket } from './helpers/harness.js';
 
 const MIB = 1024 * 1024;
 const meta = (name: string, i: number): ObjectMeta => ({ name, size: i, generation: String(1_700_000_000_000_000 + i), metageneration: '1', updatedMs: 1_700_000_000_000 + i, crc32c: 'AAAAAA==' });
@@ -16,12 +16,6 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Creates `n` empty objects `${dir}/${name(i)}` straight in the emulator's folder: seconds for 100,000. */
 function emptyObjects(tb: TestBucket, dir: string, n: number, name: (i: number) => string): void {
   for (let i = 0; i < n; i++) closeSync(openSync(join(tb.root, tb.bucket, dir, name(i)), 'w'));
-}
-
-async function statsOf(mountPoint: string): Promise<{ counters: Record<string, number>; gauges: Record<string, number> }> {
-  const r = await run(GCSMOUNT, ['stats', mountPoint, '--json']);
-  expect(r.code, r.stderr).toBe(0);
-  return JSON.parse(r.stdout) as { counters: Record<string, number>; gauges: Record<string, number> };
 }
 
 describe('compact listings', () => {
@@ -238,7 +232,7 @@ describe('metadata at scale through the mount', () => {
     const some = await run('stat', ['-c', '%n', ...[7, 54321, 99999].map((i) => join(m.path, 'big', `c.${i}`))]);
     expect(some.code).toBe(0);
     expect(tb.emulator.stats().requests.total).toBe(0);
-    const { gauges } = await statsOf(m.path);
+    const { gauges } = await mountStats(m.path);
     expect(gauges.meta_listing_entries).toBeGreaterThanOrEqual(100_000);
     expect(gauges.meta_listing_bytes).toBeLessThan(20 * MIB);
     expect(gauges.meta_listing_bytes).toBeLessThanOrEqual(gauges.meta_stat_limit_bytes!);
@@ -255,11 +249,11 @@ describe('metadata at scale through the mount', () => {
     expect(results.map((r) => r.code)).toEqual(Array(16).fill(0));
     // Let the background listing end, then count: 5 pages of the folder, the parts' meeting points,
     // and the lookups that went out ahead of it; the root's listing (for the lookup of 'fresh') is 2.
-    for (let i = 0; i < 100 && (await statsOf(m.path)).gauges.meta_listings_in_progress! > 0; i++) await sleep(100);
+    for (let i = 0; i < 100 && (await mountStats(m.path)).gauges.meta_listings_in_progress! > 0; i++) await sleep(100);
     const req = tb.emulator.stats().requests;
     expect(req.metadata + req.media).toBe(0);
     expect(req.list).toBeLessThanOrEqual(2 + 5 + 16 + 10);
-    const { counters } = await statsOf(m.path);
+    const { counters } = await mountStats(m.path);
     expect(counters.meta_prefetch_listings).toBe(2); // the root and 'fresh': each listed once
     // Every other name of the folder is now a memory hit.
     tb.emulator.resetStats();
@@ -284,7 +278,7 @@ describe('metadata at scale through the mount', () => {
     // by the new listing. A request per name would be 20.
     const req = tb.emulator.stats().requests;
     expect(req.list).toBeLessThanOrEqual(4);
-    expect((await statsOf(m.path)).counters.meta_relistings).toBe(1);
+    expect((await mountStats(m.path)).counters.meta_relistings).toBe(1);
     await unmount(m.path);
   }, 60_000);
 
@@ -303,7 +297,7 @@ describe('metadata at scale through the mount', () => {
     // The lookup of 'walk' lists the root (2), readdir of walk (1), then the subtree flat in ten parts.
     expect(req).toMatchObject({ metadata: 0, media: 0 });
     expect(req.list).toBeLessThanOrEqual(16);
-    const { counters } = await statsOf(m.path);
+    const { counters } = await mountStats(m.path);
     expect(counters.meta_walks).toBe(1);
     expect(counters.meta_walk_folders).toBeGreaterThanOrEqual(100);
     tb.emulator.resetStats();
@@ -328,7 +322,7 @@ describe('metadata at scale through the mount', () => {
       last = tb.emulator.stats().requests.list;
       await sleep(1000);
     }
-    expect((await statsOf(m.path)).counters.meta_walks).toBe(1);
+    expect((await mountStats(m.path)).counters.meta_walks).toBe(1);
     // The root, `top`, then 50,000 entries of the walk (50 pages) and the pages in flight when it paused;
     // not the 120 pages of top/z/huge.
     const lists = tb.emulator.stats().requests.list;
@@ -353,8 +347,8 @@ describe('metadata at scale through the mount', () => {
     tb.emulator.setKnobs({ bandwidthBytesPerSec: 2 * MIB });
     const reader = spawn('dd', [`if=${join(m.path, 'data/huge.bin')}`, 'of=/dev/null', 'bs=1M'], { stdio: 'ignore' });
     try {
-      for (let i = 0; i < 150 && ((await statsOf(m.path)).gauges.downloads_in_flight ?? 0) < 4; i++) await sleep(100);
-      expect((await statsOf(m.path)).gauges.downloads_in_flight).toBeGreaterThanOrEqual(4);
+      for (let i = 0; i < 150 && ((await mountStats(m.path)).gauges.downloads_in_flight ?? 0) < 4; i++) await sleep(100);
+      expect((await mountStats(m.path)).gauges.downloads_in_flight).toBeGreaterThanOrEqual(4);
       const t0 = performance.now();
       const r = await run('stat', ['-c', '%s', join(m.path, 'elsewhere', 'f3')]);
       const seconds = (performance.now() - t0) / 1000;

@@ -5,23 +5,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blockFileKey, BLOCKS_DIR } from '../src/blocks/disk-cache.js';
 import { loadFuse } from '../src/fs/kernel.js';
-import { cleanupAll, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, finalCounters, mount, mountStats, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 const BLOCK = 4 * MIB;
 const PY = '/usr/bin/python3';
-
-interface Stats {
-  counters: Record<string, number>;
-  fuseOps: Record<string, { count: number } | undefined>;
-}
-
-async function stats(path: string): Promise<Stats> {
-  const r = await run(GCSMOUNT, ['stats', path, '--json']);
-  if (r.code !== 0) throw new Error(`stats: ${r.stderr}`);
-  return JSON.parse(r.stdout) as Stats;
-}
 
 /**
  * Reads of blocks already in the disk cache are answered by the addon's native workers (read whole,
@@ -73,7 +62,7 @@ describe('native reads of cached blocks', () => {
     ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe(big.subarray(BLOCK - 100, BLOCK + 200).toString('hex'));
-    const s = await stats(m.path);
+    const s = await mountStats(m.path);
     expect(tb.emulator.stats().requests.media).toBe(0);
     // Every byte from the native path; the open registered the blocks, so no read entered JavaScript.
     expect(s.counters.native_read_bytes).toBe(big.length + 300);
@@ -102,7 +91,7 @@ describe('native reads of cached blocks', () => {
     // Another process reads; every byte is the object's.
     expect(await sha256Of(join(m.path, NAME))).toBe(sha256(big));
     expect(tb.emulator.stats().requests.media).toBe(3);
-    const s = await stats(m.path);
+    const s = await mountStats(m.path);
     expect(s.counters.native_fallbacks).toBeGreaterThanOrEqual(3);
     expect(s.counters.block_cache_corrupt).toBe(1);
     expect(s.counters.block_cache_short).toBe(1);
@@ -116,7 +105,7 @@ describe('native reads of cached blocks', () => {
     tb.emulator.resetStats();
     expect(await sha256Of(join(again.path, NAME))).toBe(sha256(big));
     expect(tb.emulator.stats().requests.media).toBe(0);
-    const s2 = await stats(again.path);
+    const s2 = await mountStats(again.path);
     expect(s2.counters.native_fallbacks).toBe(0);
     expect(s2.counters.native_read_bytes).toBe(big.length);
     await unmount(again.path);
@@ -142,7 +131,7 @@ describe('native reads of cached blocks', () => {
     tb.emulator.resetStats();
     expect(await sha256Of(join(again.path, NAME))).toBe(sha256(big));
     expect(tb.emulator.stats().requests.media).toBe(1);
-    expect((await stats(again.path)).counters.block_cache_corrupt).toBe(1);
+    expect((await mountStats(again.path)).counters.block_cache_corrupt).toBe(1);
     await unmount(again.path);
   });
 

@@ -141,6 +141,20 @@ export async function eventually(predicate: () => Promise<boolean>, timeoutMs = 
   }
 }
 
+/** What `gcsmount stats --json` shows of a live mount. */
+export interface MountStats {
+  counters: Record<string, number>;
+  gauges: Record<string, number>;
+  fuseOps: Record<string, { count: number } | undefined>;
+}
+
+/** A live mount's `gcsmount stats --json`. */
+export async function mountStats(mountPoint: string): Promise<MountStats> {
+  const r = await run(GCSMOUNT, ['stats', mountPoint, '--json']);
+  if (r.code !== 0) throw new Error(`gcsmount stats ${mountPoint}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as MountStats;
+}
+
 /** The counters a daemon logs when it stops (its `final counters` line). */
 export async function finalCounters(logFile: string): Promise<Record<string, number>> {
   let line: string | undefined;
