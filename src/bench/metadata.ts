@@ -1,5 +1,6 @@
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { promises as fsp } from 'node:fs';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
 
@@ -135,7 +136,7 @@ export async function metadataScenario(): Promise<string> {
       '',
       `Daemon memory: ${rss.join('; ')}. ${memory}.`,
       '',
-      `CPU ${cpu.join('; ')} (2 cores in all).`,
+      `CPU ${cpu.join('; ')} (${cpus().length} cores in all).`,
     ].join('\n');
   } finally {
     await cleanup(b);
