@@ -28,34 +28,44 @@ export function rfc3339(ns: bigint): string {
 
 /**
  * `hashes` is null when the caller's `fields` did not ask for them, so nothing was hashed. `size` and the
- * hashes describe the stored bytes, compressed or not, as GCS's do.
+ * hashes describe the stored bytes, compressed or not, as GCS's do. `wanted` names the keys the caller's
+ * `fields` selects (undefined: all): a listing of 100,000 objects asks for six of sixteen, and building
+ * the links, etag and times it drops cost as much as the stat behind each entry.
  */
-export function objectResource(baseUrl: string, obj: StoredObject, hashes: Hashes | null, contentEncoding: string | null = null): Record<string, unknown> {
-  const enc = encodeURIComponent(obj.name);
-  const b = encodeURIComponent(obj.bucket);
-  const time = rfc3339(obj.mtimeNs);
-  const res: Record<string, unknown> = {
-    kind: 'storage#object',
-    id: `${obj.bucket}/${obj.name}/${obj.generation}`,
-    selfLink: `${baseUrl}/storage/v1/b/${b}/o/${enc}`,
-    mediaLink: `${baseUrl}/download/storage/v1/b/${b}/o/${enc}?generation=${obj.generation}&alt=media`,
-    name: obj.name,
-    bucket: obj.bucket,
-    generation: obj.generation,
-    metageneration: '1',
-    contentType: 'application/octet-stream',
-    storageClass: 'STANDARD',
-    size: String(obj.size),
-  };
-  if (contentEncoding !== null) res.contentEncoding = contentEncoding;
+export function objectResource(
+  baseUrl: string,
+  obj: StoredObject,
+  hashes: Hashes | null,
+  contentEncoding: string | null = null,
+  wanted?: (key: string) => boolean,
+): Record<string, unknown> {
+  const want = wanted ?? ((): boolean => true);
+  const enc = (): string => encodeURIComponent(obj.name);
+  const b = (): string => encodeURIComponent(obj.bucket);
+  let timeText: string | undefined;
+  const time = (): string => (timeText ??= rfc3339(obj.mtimeNs));
+  // Field order as GCS sends it.
+  const res: Record<string, unknown> = {};
+  if (want('kind')) res.kind = 'storage#object';
+  if (want('id')) res.id = `${obj.bucket}/${obj.name}/${obj.generation}`;
+  if (want('selfLink')) res.selfLink = `${baseUrl}/storage/v1/b/${b()}/o/${enc()}`;
+  if (want('mediaLink')) res.mediaLink = `${baseUrl}/download/storage/v1/b/${b()}/o/${enc()}?generation=${obj.generation}&alt=media`;
+  if (want('name')) res.name = obj.name;
+  if (want('bucket')) res.bucket = obj.bucket;
+  if (want('generation')) res.generation = obj.generation;
+  if (want('metageneration')) res.metageneration = '1';
+  if (want('contentType')) res.contentType = 'application/octet-stream';
+  if (want('storageClass')) res.storageClass = 'STANDARD';
+  if (want('size')) res.size = String(obj.size);
+  if (contentEncoding !== null && want('contentEncoding')) res.contentEncoding = contentEncoding;
   if (hashes) {
-    res.md5Hash = hashes.md5Hash;
-    res.crc32c = hashes.crc32c;
+    if (want('md5Hash')) res.md5Hash = hashes.md5Hash;
+    if (want('crc32c')) res.crc32c = hashes.crc32c;
   }
-  res.etag = etagFor(BigInt(obj.generation));
-  res.timeCreated = time;
-  res.updated = time;
-  res.timeStorageClassUpdated = time;
+  if (want('etag')) res.etag = etagFor(BigInt(obj.generation));
+  if (want('timeCreated')) res.timeCreated = time();
+  if (want('updated')) res.updated = time();
+  if (want('timeStorageClassUpdated')) res.timeStorageClassUpdated = time();
   return res;
 }
 
