@@ -11,22 +11,31 @@ import { sh, timed } from './harness.js';
  * memory through the project's addon, so no GCS, cache or namespace is in the way; against `dd` of the
  * same bytes from a plain file in /dev/shm, in the same run. Three ways the kernel can ask: the
  * kernel's default 128 KiB readahead, read_ahead_kb raised to 1 MiB (what --max-read-ahead-kb does),
- * and direct_io (every read(2) goes to the server as it is, up to max_pages).
+ * and direct_io (every read(2) goes to the server as it is, up to max_pages). With
+ * GCSMOUNT_FUSE_NATIVE_DIR set, the same file through fuse-native over libfuse 2 too (the layer the
+ * addon replaced; not a dependency of the project any more).
  */
 const SIZE_MIB = 1024;
 const ROUNDS = 3;
 const SERVER = fileURLToPath(new URL('./memory-fs.js', import.meta.url));
+const OLD_SERVER = fileURLToPath(new URL('./memory-fs-libfuse2.js', import.meta.url));
+/** A folder holding fuse-native 2.2.6 (`npm install --prefix DIR fuse-native@2.2.6`): the old layer's rows. */
+const OLD_LAYER_DIR = process.env.GCSMOUNT_FUSE_NATIVE_DIR;
 
 interface Mode {
   name: string;
   io: 'buffered' | 'direct';
   readAheadKb: number;
+  /** The project's addon over libfuse3, or fuse-native over libfuse 2 (the layer it replaced). */
+  layer: 'addon' | 'libfuse2';
 }
 
 const MODES: Mode[] = [
-  { name: 'buffered, kernel readahead 128 KiB', io: 'buffered', readAheadKb: 128 },
-  { name: 'buffered, read_ahead_kb 1024', io: 'buffered', readAheadKb: 1024 },
-  { name: 'direct_io', io: 'direct', readAheadKb: 0 },
+  { name: 'addon: buffered, kernel readahead 128 KiB', io: 'buffered', readAheadKb: 128, layer: 'addon' },
+  { name: 'addon: buffered, read_ahead_kb 1024', io: 'buffered', readAheadKb: 1024, layer: 'addon' },
+  { name: 'addon: direct_io', io: 'direct', readAheadKb: 0, layer: 'addon' },
+  { name: 'fuse-native (libfuse 2): buffered', io: 'buffered', readAheadKb: 0, layer: 'libfuse2' },
+  { name: 'fuse-native (libfuse 2): direct_io', io: 'direct', readAheadKb: 0, layer: 'libfuse2' },
 ];
 
 interface Server {
@@ -38,7 +47,9 @@ interface Server {
 }
 
 async function startServer(mnt: string, mode: Mode): Promise<Server> {
-  const child = spawn(process.execPath, [SERVER, mnt, String(SIZE_MIB), mode.io, String(mode.readAheadKb)], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const args =
+    mode.layer === 'addon' ? [SERVER, mnt, String(SIZE_MIB), mode.io, String(mode.readAheadKb)] : [OLD_SERVER, OLD_LAYER_DIR!, mnt, String(SIZE_MIB), mode.io];
+  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const lines = createInterface({ input: child.stdout });
@@ -95,7 +106,7 @@ export async function fuseCeilingScenario(): Promise<string> {
     for (let r = 0; r < ROUNDS; r++) localRuns.push(await dd(local));
 
     const rows: string[] = [];
-    for (const mode of MODES) {
+    for (const mode of MODES.filter((m) => m.layer === 'addon' || OLD_LAYER_DIR)) {
       const mnt = join(dir, 'mnt');
       await fsp.mkdir(mnt, { recursive: true });
       const server = await startServer(mnt, mode);
@@ -125,6 +136,10 @@ export async function fuseCeilingScenario(): Promise<string> {
       '| kernel requests | throughput (median) | range | bytes per FUSE read | server CPU s per GiB | server CPU per read |',
       '|---|---|---|---|---|---|',
       ...rows,
+      '',
+      OLD_LAYER_DIR
+        ? `The fuse-native rows are the layer the addon replaced, from ${OLD_LAYER_DIR}: libfuse 2 never asks for more than 128 KiB.`
+        : 'The old layer (fuse-native over libfuse 2) was not measured: set GCSMOUNT_FUSE_NATIVE_DIR to a folder where `npm install --prefix DIR fuse-native@2.2.6` ran.',
     ].join('\n');
   } finally {
     await fsp.rm(local, { force: true });
