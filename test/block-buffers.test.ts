@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { BlockSource } from '../src/blocks/block-source.js';
@@ -14,7 +15,24 @@ function buffers(poison = true, maxBlocks = 8): BlockBuffers {
   return new BlockBuffers({ blockSize: BLOCK, maxBytes: maxBlocks * BLOCK, poison, idleTrimMs: 60_000 });
 }
 
+/** Anonymous memory of this process in transparent huge pages, in KiB. */
+function anonHugeKiB(): number {
+  return Number(/AnonHugePages:\s+(\d+)/.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'))?.[1] ?? 0);
+}
+
+const THP_OFF = !/\[(always|madvise)\]/.test(readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8'));
+
 describe('block buffers', () => {
+  it.skipIf(THP_OFF)('keeps blocks in transparent huge pages (the kernel pins them per page for O_DIRECT and FUSE replies)', () => {
+    const pool = new BlockBuffers({ blockSize: 4 * 1024 * 1024, maxBytes: 64 * 1024 * 1024, poison: false, idleTrimMs: 60_000 });
+    const before = anonHugeKiB();
+    const lease = pool.lease(4 * 1024 * 1024);
+    lease.bytes.fill(7);
+    expect(anonHugeKiB() - before).toBeGreaterThanOrEqual(4096);
+    lease.release();
+    pool.close();
+  });
+
   it('reuses a buffer only once its last holder has released it, and poisons it then', () => {
     const pool = buffers(true, 1);
     const a = pool.lease(BLOCK);

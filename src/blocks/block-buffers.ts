@@ -1,3 +1,5 @@
+import { adviseHugePages } from '../huge-pages.js';
+
 /**
  * A block's bytes, shared by every reader of the block and by its write to disk. Each holder takes its
  * own reference and gives it back exactly once; the bytes must not be touched after that.
@@ -95,6 +97,8 @@ class Slab {
 
   constructor(blockSize: number, slots: number) {
     const memory = new WebAssembly.Memory({ initial: (blockSize * slots) / 65536, maximum: (blockSize * slots) / 65536 });
+    // Before any page is touched: faults then fill 2 MiB at a time.
+    adviseHugePages(memory.buffer);
     const all = Buffer.from(memory.buffer);
     // Handed out from the front, so a lightly used slab touches few pages.
     for (let i = slots - 1; i >= 0; i--) this.free.push(all.subarray(i * blockSize, (i + 1) * blockSize));
