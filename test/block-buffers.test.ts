@@ -172,7 +172,11 @@ describe('a handle reader sharing pooled blocks', () => {
     const { client, finishAll } = slowClient(content);
     const { pool, reader } = pooledReader(client, meta);
     expect(reader.view(0, 4096)).toBeNull(); // nothing held yet
+    expect(reader.holds(0, 4096)).toBe(false);
     const first = reader.read(0, Buffer.alloc(4096));
+    // Held while it is still on its way: the read is this handle's, not the disk's.
+    expect(reader.holds(0, 4096)).toBe(true);
+    expect(reader.holds(6 * BLOCK, 4096)).toBe(false);
     await tick();
     finishAll();
     expect(await first).toBe(4096);

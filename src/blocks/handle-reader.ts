@@ -104,6 +104,19 @@ export class HandleReader {
   }
 
   /**
+   * True when this handle already holds (or is fetching) every block of [pos, pos + length): the read is
+   * answered from that memory, so looking for the blocks on disk would only cost a hash and an index
+   * lookup per read.
+   */
+  holds(pos: number, length: number): boolean {
+    const end = Math.min(this.meta.size, pos + length);
+    if (pos >= end) return false;
+    const bs = this.source.blockSize;
+    for (let b = Math.floor(pos / bs); b <= Math.floor((end - 1) / bs); b++) if (!this.held.has(b)) return false;
+    return true;
+  }
+
+  /**
    * Reads up to `end` were answered without this reader (the native path, from blocks on disk): the next
    * read there continues the sequential run rather than counting as a seek.
    */

@@ -264,9 +264,10 @@ export function createOperations(deps: OperationDeps): Operations {
       metrics.inc('fuse_read_bytes', view.length);
       return a.buf(view, view.length);
     }
-    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back).
+    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
+    // or this handle is already fetching them: a cold reader's blocks are held before they arrive).
     const file = files.get(fh);
-    if (deps.native && file && !fallback) {
+    if (deps.native && file && !fallback && !reader.holds(pos, size)) {
       const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
       if (until > 0) return reader.servedElsewhere(until);
     }
