@@ -212,6 +212,16 @@ describe('a handle reader sharing pooled blocks', () => {
     const tail = reader.view(meta.size - 500, 4096)!;
     expect(tail.length).toBe(500);
     expect(tail.equals(content.subarray(meta.size - 500, meta.size))).toBe(true);
+    // A block still on its way: a view once it is here, held until released (poisoned after).
+    expect(reader.viewLater(3 * BLOCK - 10, 20)).toBeNull(); // spans blocks 2 and 3
+    const later = reader.viewLater(3 * BLOCK + 100, 4096)!;
+    await tick();
+    finishAll();
+    const v3 = await later;
+    expect(v3.bytes.equals(content.subarray(3 * BLOCK + 100, 3 * BLOCK + 100 + 4096))).toBe(true);
+    const inUse = pool.inUse;
+    v3.release();
+    expect(pool.inUse).toBeLessThanOrEqual(inUse);
     reader.close();
     finishAll();
     await tick();
