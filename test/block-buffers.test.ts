@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { BlockSource } from '../src/blocks/block-source.js';
@@ -14,7 +15,43 @@ function buffers(poison = true, maxBlocks = 8): BlockBuffers {
   return new BlockBuffers({ blockSize: BLOCK, maxBytes: maxBlocks * BLOCK, poison, idleTrimMs: 60_000 });
 }
 
+/** Anonymous memory of this process in transparent huge pages, in KiB. */
+function anonHugeKiB(): number {
+  return Number(/AnonHugePages:\s+(\d+)/.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'))?.[1] ?? 0);
+}
+
+/** Anonymous memory of this process in RAM, in KiB. */
+function anonKiB(): number {
+  return Number(/Anonymous:\s+(\d+)/.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'))?.[1] ?? 0);
+}
+
+const THP_OFF = !/\[(always|madvise)\]/.test(readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8'));
+
 describe('block buffers', () => {
+  it.skipIf(THP_OFF)('keeps blocks in transparent huge pages (the kernel pins them per page for O_DIRECT and FUSE replies)', () => {
+    const pool = new BlockBuffers({ blockSize: 4 * 1024 * 1024, maxBytes: 64 * 1024 * 1024, poison: false, idleTrimMs: 60_000 });
+    const before = anonHugeKiB();
+    const lease = pool.lease(4 * 1024 * 1024);
+    lease.bytes.fill(7);
+    expect(anonHugeKiB() - before).toBeGreaterThanOrEqual(4096);
+    lease.release();
+    pool.close();
+  });
+
+  it('gives an idle slab\'s memory back when it trims it, not when the garbage collector gets to it', async () => {
+    const pool = new BlockBuffers({ blockSize: 4 * 1024 * 1024, maxBytes: 64 * 1024 * 1024, poison: false, idleTrimMs: 50 });
+    const lease = pool.lease(4 * 1024 * 1024);
+    lease.bytes.fill(7);
+    const bytes = lease.bytes; // a view a careless holder might keep: it must read zeros, not crash
+    const touched = anonKiB();
+    lease.release();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(pool.pooled).toBe(0);
+    expect(touched - anonKiB()).toBeGreaterThanOrEqual(3072); // of 4096: the rest of the process moves too
+    expect(bytes[0]).toBe(0);
+    pool.close();
+  });
+
   it('reuses a buffer only once its last holder has released it, and poisons it then', () => {
     const pool = buffers(true, 1);
     const a = pool.lease(BLOCK);
@@ -154,7 +191,11 @@ describe('a handle reader sharing pooled blocks', () => {
     const { client, finishAll } = slowClient(content);
     const { pool, reader } = pooledReader(client, meta);
     expect(reader.view(0, 4096)).toBeNull(); // nothing held yet
+    expect(reader.holds(0, 4096)).toBe(false);
     const first = reader.read(0, Buffer.alloc(4096));
+    // Held while it is still on its way: the read is this handle's, not the disk's.
+    expect(reader.holds(0, 4096)).toBe(true);
+    expect(reader.holds(6 * BLOCK, 4096)).toBe(false);
     await tick();
     finishAll();
     expect(await first).toBe(4096);
@@ -171,6 +212,16 @@ describe('a handle reader sharing pooled blocks', () => {
     const tail = reader.view(meta.size - 500, 4096)!;
     expect(tail.length).toBe(500);
     expect(tail.equals(content.subarray(meta.size - 500, meta.size))).toBe(true);
+    // A block still on its way: a view once it is here, held until released (poisoned after).
+    expect(reader.viewLater(3 * BLOCK - 10, 20)).toBeNull(); // spans blocks 2 and 3
+    const later = reader.viewLater(3 * BLOCK + 100, 4096)!;
+    await tick();
+    finishAll();
+    const v3 = await later;
+    expect(v3.bytes.equals(content.subarray(3 * BLOCK + 100, 3 * BLOCK + 100 + 4096))).toBe(true);
+    const inUse = pool.inUse;
+    v3.release();
+    expect(pool.inUse).toBeLessThanOrEqual(inUse);
     reader.close();
     finishAll();
     await tick();

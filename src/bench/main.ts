@@ -1,5 +1,6 @@
 import { machine } from './harness.js';
 import { indexScenario, warmReadScenario } from './block-cache.js';
+import { coldCpuScenario } from './cold-cpu.js';
 import { dataPathScenario } from './data-path.js';
 import { fuseCeilingScenario } from './fuse-ceiling.js';
 import { metadataScenario } from './metadata.js';
@@ -16,6 +17,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   sharing: { title: 'Sharing a bucket: three daemons under one 60 requests/s limit; reads through stalling bodies', run: sharingScenario },
   stat: { title: 'Cold stat/s: 10,000 files in one folder by 1 and 4 threads, no latency', run: statScenario },
   'fuse-ceiling': { title: 'The FUSE layer\'s ceiling: 1 GiB answered from memory through the addon, against dd from /dev/shm', run: fuseCeilingScenario },
+  'cold-cpu': { title: 'Cold reads: daemon CPU per GiB, GCS through the mount into the block cache (and without one)', run: coldCpuScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 

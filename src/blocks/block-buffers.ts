@@ -1,3 +1,5 @@
+import { adviseHugePages, discardMemory } from '../block-memory.js';
+
 /**
  * A block's bytes, shared by every reader of the block and by its write to disk. Each holder takes its
  * own reference and gives it back exactly once; the bytes must not be touched after that.
@@ -75,7 +77,7 @@ export interface BlockBuffersConfig {
    * wrong bytes that the torture test's checksums catch (set by GCSMOUNT_POISON_RELEASED_BLOCKS=1).
    */
   poison: boolean;
-  /** A slab with nothing lent out for this long goes back to the garbage collector. */
+  /** A slab with nothing lent out for this long is dropped, its pages given back to the system at once. */
   idleTrimMs: number;
 }
 
@@ -86,16 +88,20 @@ const SLAB_BYTES = 64 * 1024 * 1024;
 /**
  * Page-aligned memory cut into block-sized slots. WebAssembly.Memory is the one allocation Node offers
  * whose address is page-aligned, which O_DIRECT needs (a Buffer's is not); its pages are only backed by
- * RAM once touched.
+ * RAM once touched, in huge pages where the system allows (src/block-memory.ts).
  */
 class Slab {
   readonly free: Buffer[] = [];
+  readonly memory: ArrayBuffer;
   lent = 0;
   idleSince = 0;
 
   constructor(blockSize: number, slots: number) {
-    const memory = new WebAssembly.Memory({ initial: (blockSize * slots) / 65536, maximum: (blockSize * slots) / 65536 });
-    const all = Buffer.from(memory.buffer);
+    const pages = (blockSize * slots) / 65536;
+    this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
+    // Before any page is touched: faults then fill 2 MiB at a time.
+    adviseHugePages(this.memory);
+    const all = Buffer.from(this.memory);
     // Handed out from the front, so a lightly used slab touches few pages.
     for (let i = slots - 1; i >= 0; i--) this.free.push(all.subarray(i * blockSize, (i + 1) * blockSize));
   }
@@ -177,7 +183,11 @@ export class BlockBuffers {
     const now = Date.now();
     for (let i = this.slabs.length - 1; i >= 0; i--) {
       const s = this.slabs[i]!;
-      if (s.lent === 0 && now - s.idleSince >= this.cfg.idleTrimMs) this.slabs.splice(i, 1);
+      if (s.lent === 0 && now - s.idleSince >= this.cfg.idleTrimMs) {
+        this.slabs.splice(i, 1);
+        // Nothing is lent out of it: its pages go back now, not whenever the garbage collector runs.
+        discardMemory(s.memory);
+      }
     }
   }
 

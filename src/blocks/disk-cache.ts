@@ -1,5 +1,5 @@
 import { crc32c } from '../crc32c.js';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp, rmSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -179,6 +179,8 @@ export class DiskCache {
   private retryAt = 0;
   private unwritableBackoffMs: number;
   private readonly pendingWrites = new Set<Promise<void>>();
+  /** Temporary block files written so far: names them. */
+  private tmpCount = 0;
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
   ready: Promise<void> = Promise.resolve();
   /** Resolves once the block folders of older layouts are gone (never rejects). */
@@ -385,7 +387,9 @@ export class DiskCache {
       if (this.health !== 'ok') this.retryAt = 0; // not a retry after all: the next write is
       return;
     }
-    const tmp = join(this.cfg.dir, 'tmp', `${key}.${randomBytes(4).toString('hex')}`);
+    // Unique within this process, which alone writes here while it holds the index's lock (a count: a
+    // random suffix cost a crypto call per block).
+    const tmp = join(this.cfg.dir, 'tmp', `${key}.${++this.tmpCount}`);
     const final = this.path(key);
     let reserved = false;
     let renamed = false;

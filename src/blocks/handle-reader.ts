@@ -104,6 +104,40 @@ export class HandleReader {
   }
 
   /**
+   * For a read inside one block that view() could not lend yet (the block is on its way): resolves with
+   * a view of the bytes once the block is here, and a reference to release after using it (for a reply
+   * the kernel copies out at once: the copy into a read buffer is saved). Null when the read spans
+   * blocks or is past the end (then `read` copies).
+   */
+  viewLater(pos: number, length: number): Promise<{ bytes: Buffer; release(): void }> | null {
+    const end = Math.min(this.meta.size, pos + length);
+    if (pos >= end) return null;
+    const bs = this.source.blockSize;
+    const first = Math.floor(pos / bs);
+    if (Math.floor((end - 1) / bs) !== first) return null;
+    const held = this.advance(pos, end)[0]!;
+    // A reference of this call's own, as in read(): a seek meanwhile may drop the handle's.
+    const ref = held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, first, 'demand');
+    return ref.then((block) => {
+      const from = pos - first * bs;
+      return { bytes: block.bytes.subarray(from, Math.min(block.bytes.length, from + (end - pos))), release: () => block.release() };
+    });
+  }
+
+  /**
+   * True when this handle already holds (or is fetching) every block of [pos, pos + length): the read is
+   * answered from that memory, so looking for the blocks on disk would only cost a hash and an index
+   * lookup per read.
+   */
+  holds(pos: number, length: number): boolean {
+    const end = Math.min(this.meta.size, pos + length);
+    if (pos >= end) return false;
+    const bs = this.source.blockSize;
+    for (let b = Math.floor(pos / bs); b <= Math.floor((end - 1) / bs); b++) if (!this.held.has(b)) return false;
+    return true;
+  }
+
+  /**
    * Reads up to `end` were answered without this reader (the native path, from blocks on disk): the next
    * read there continues the sequential run rather than counting as a seek.
    */

@@ -264,11 +264,39 @@ export function createOperations(deps: OperationDeps): Operations {
       metrics.inc('fuse_read_bytes', view.length);
       return a.buf(view, view.length);
     }
-    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back).
+    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
+    // or this handle is already fetching them: a cold reader's blocks are held before they arrive).
     const file = files.get(fh);
-    if (deps.native && file && !fallback) {
+    if (deps.native && file && !fallback && !reader.holds(pos, size)) {
       const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
       if (until > 0) return reader.servedElsewhere(until);
+    }
+    const failed = (err: unknown): void => {
+      const path = inodes.path(ino) ?? '?';
+      // The pinned generation is gone: this open file cannot go on (it must never mix generations),
+      // but the next open should see the object as it is now.
+      // What the kernel was told about the path stays as it is: it keeps that size until its attribute
+      // timeout, and until then an open must read the generation the size belongs to (or fail).
+      if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
+      fail(a, path, err, Errno.EIO);
+    };
+    // Within one block still on its way: answered from the block's memory once it is here, as above.
+    let later: ReturnType<typeof reader.viewLater>;
+    try {
+      later = reader.viewLater(pos, size);
+    } catch (err) {
+      return failed(err);
+    }
+    if (later) {
+      later.then((v) => {
+        try {
+          metrics.inc('fuse_read_bytes', v.bytes.length);
+          a.buf(v.bytes, v.bytes.length);
+        } finally {
+          v.release();
+        }
+      }, failed);
+      return;
     }
     const pooled = size <= POOLED_BUFFER_BYTES;
     const buf = pooled ? (pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES)) : Buffer.allocUnsafeSlow(size);
@@ -280,22 +308,16 @@ export function createOperations(deps: OperationDeps): Operations {
       a.buf(buf, n);
       giveBack();
     };
-    const failed = (err: unknown): void => {
+    const readFailed = (err: unknown): void => {
       giveBack();
-      const path = inodes.path(ino) ?? '?';
-      // The pinned generation is gone: this open file cannot go on (it must never mix generations),
-      // but the next open should see the object as it is now.
-      // What the kernel was told about the path stays as it is: it keeps that size until its attribute
-      // timeout, and until then an open must read the generation the size belongs to (or fail).
-      if (isGcsError(err, 'NOT_FOUND')) namespace.forget(path);
-      fail(a, path, err, Errno.EIO);
+      failed(err);
     };
     try {
       const n = reader.read(pos, buf.subarray(0, size));
       if (typeof n === 'number') done(n);
-      else n.then(done, failed);
+      else n.then(done, readFailed);
     } catch (err) {
-      failed(err);
+      readFailed(err);
     }
   };
 
