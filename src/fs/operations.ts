@@ -12,7 +12,9 @@ import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
 import { childPath, InodeTable, ROOT_INO } from './inodes.js';
+import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
+import type { Listing } from '../namespace/listing.js';
 import type { NativeReads } from './native-reads.js';
 
 export interface KernelTimeouts {
@@ -71,10 +73,17 @@ const O_ACCMODE = 3;
 const POOLED_BUFFER_BYTES = 1024 * 1024;
 const MAX_POOLED_BUFFERS = 64;
 
+/**
+ * The least a READDIRPLUS entry takes: its header (fuse_entry_out and fuse_dirent, 152 bytes) and a
+ * one-byte name, 8-byte aligned. No more entries than size / this fit in a reply.
+ */
+const MIN_DIRENTPLUS_BYTES = 160;
+
 /** The folder listing one open directory handle reads, taken when its first readdir asks. */
 interface DirHandle {
   ino: number;
-  listing: { names: string[]; inos: number[]; isDir: boolean[] } | null;
+  /** Entries 0 and 1 are "." and ".."; `source` holds the others' metadata. */
+  listing: { names: string[]; inos: number[]; isDir: boolean[]; source: Listing } | null;
   pending: Promise<DirHandle['listing']> | null;
 }
 
@@ -130,6 +139,13 @@ class Answer {
     this.done(false);
   }
 
+  /** How many entries the kernel took (0 when it took no reply: the request was interrupted). */
+  dirPlus(names: readonly string[], attrs: Float64Array, start: number, size: number, entrySec: number, attrSec: number): number {
+    const sent = this.fuse.replyDirPlus(this.req, names, attrs, start, size, entrySec, attrSec);
+    this.done(false);
+    return Math.max(0, sent);
+  }
+
   statfs(values: number[]): void {
     this.fuse.replyStatfs(this.req, values);
     this.done(false);
@@ -149,6 +165,8 @@ export interface Operations {
   onRequest: RequestListener;
   handles: HandleTable;
   inodes: InodeTable;
+  /** Invalidates the kernel's caches as the namespace learns of changes; attach() it to the session once mounted. */
+  kernelCache: KernelCache;
 }
 
 /** FUSE operations for a read-only mount over libfuse3's inode API. */
@@ -162,6 +180,9 @@ export function createOperations(deps: OperationDeps): Operations {
   let nextDir = 1;
   const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
+  metrics.setGauge('kernel_inodes', () => inodes.size - 1);
+  const kernelCache = new KernelCache(fuse, inodes, handles, metrics);
+  namespace.observe(kernelCache);
 
   const fail = (a: Answer, path: string, err: unknown, errno: number): void => {
     metrics.inc('fuse_errors');
@@ -174,8 +195,26 @@ export function createOperations(deps: OperationDeps): Operations {
    * attribute timeout, so the next open must read the generation it belongs to.
    */
   const fileAttributes = (ino: number, path: string, meta: ObjectMeta): Attr => {
-    handles.reportedToKernel(path, meta);
+    told(ino, path, { kind: 'file', meta });
     return statFor(ino, { kind: 'file', meta }, deps.attributes);
+  };
+
+  /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
+  const told = (ino: number, path: string, entry: Entry): void => {
+    const node = inodes.node(ino);
+    if (node) {
+      node.toldKind = entry.kind;
+      node.toldGeneration = entry.kind === 'file' ? entry.meta.generation : null;
+    }
+    if (entry.kind === 'file') handles.reportedToKernel(path, entry.meta);
+  };
+
+  /** The attributes the kernel gets for `path` as inode `ino`: an open file's pinned generation wins. */
+  const shown = (ino: number, path: string, entry: Entry): Attr => {
+    const pinned = entry.kind === 'file' ? handles.pinned(path) : undefined;
+    if (pinned) return fileAttributes(ino, path, pinned);
+    told(ino, path, entry);
+    return statFor(ino, entry, deps.attributes);
   };
 
   /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
@@ -183,7 +222,7 @@ export function createOperations(deps: OperationDeps): Operations {
     namespace.lookup(path).then((entry) => {
       if (!entry) return null;
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-      return entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      return shown(ino, path, entry);
     });
 
   const lookup = (a: Answer, parent: number, name: string): void => {
@@ -198,7 +237,7 @@ export function createOperations(deps: OperationDeps): Operations {
       }
       const ino = inodes.lookedUp(path);
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-      const attr = entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      const attr = shown(ino, path, entry);
       // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
       if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
     };
@@ -336,7 +375,7 @@ export function createOperations(deps: OperationDeps): Operations {
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
         isDir.push(dir);
       });
-      d.listing = { names, inos, isDir };
+      d.listing = { names, inos, isDir, source: listing };
       return d.listing;
     });
     return d.pending;
@@ -357,6 +396,54 @@ export function createOperations(deps: OperationDeps): Operations {
     );
   };
 
+  /**
+   * READDIRPLUS: entries with their attributes, from the listing (which has each object's size, mtime
+   * and generation), so that a stat after it needs no LOOKUP. The kernel holds one lookup of each entry
+   * it takes (FORGET gives them back), "." and ".." excepted; entries that did not fit hold none.
+   */
+  const readdirplus = (a: Answer, fh: number, offset: number, size: number): void => {
+    const d = dirs.get(fh);
+    if (!d) return a.error(Errno.EBADF);
+    const path = inodes.path(d.ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    const reply = (l: NonNullable<DirHandle['listing']>): void => {
+      const n = Math.max(0, Math.min(l.names.length - offset, Math.floor(size / MIN_DIRENTPLUS_BYTES)));
+      const names = l.names.slice(offset, offset + n);
+      const attrs = new Float64Array(7 * n);
+      const entries: (Entry | null)[] = [];
+      for (let i = 0; i < n; i++) {
+        const at = offset + i;
+        if (at < 2) {
+          attrs.set(statFor(l.inos[at]!, { kind: 'dir', mtimeMs: null }, deps.attributes), 7 * i);
+          entries.push(null);
+          continue;
+        }
+        const child = childPath(path, names[i]!);
+        const entry: Entry = l.source.get(names[i]!) ?? { kind: 'dir', mtimeMs: null };
+        const pinned = entry.kind === 'file' ? handles.pinned(child) : undefined;
+        const shownEntry: Entry = pinned ? { kind: 'file', meta: pinned } : entry;
+        attrs.set(statFor(inodes.lookedUp(child), shownEntry, deps.attributes), 7 * i);
+        entries.push(shownEntry);
+      }
+      const sent = a.dirPlus(names, attrs, offset, size, timeouts.entrySec, timeouts.attrSec);
+      for (let i = 0; i < n; i++) {
+        const entry = entries[i];
+        if (!entry) continue;
+        const ino = attrs[7 * i]!;
+        if (i < sent) told(ino, childPath(path, names[i]!), entry);
+        else inodes.forget(ino, 1); // not sent: the kernel holds no lookup of it
+      }
+    };
+    if (d.listing) return reply(d.listing);
+    listingOf(d, path).then(
+      (listing) => reply(listing!),
+      (err) => {
+        d.pending = null;
+        fail(a, path, err, errnoFor(err));
+      },
+    );
+  };
+
   const releasedir = (a: Answer, fh: number): void => {
     dirs.delete(fh);
     a.ok();
@@ -364,6 +451,7 @@ export function createOperations(deps: OperationDeps): Operations {
 
   const onRequest: RequestListener = (op, req, ino, x, y, z, name, reason) => {
     if (op === OP.FORGET) return inodes.forget(ino, x);
+    if (op === OP.INVALIDATED) return kernelCache.invalidated(ino);
     if (!req) return;
     try {
       switch (op) {
@@ -381,6 +469,8 @@ export function createOperations(deps: OperationDeps): Operations {
           return opendir(new Answer(fuse, metrics, req, 'opendir'), ino);
         case OP.READDIR:
           return readdir(new Answer(fuse, metrics, req, 'readdir'), x, y, z);
+        case OP.READDIRPLUS:
+          return readdirplus(new Answer(fuse, metrics, req, 'readdirplus'), x, y, z);
         case OP.RELEASEDIR:
           return releasedir(new Answer(fuse, metrics, req, 'releasedir'), x);
         case OP.STATFS:
@@ -399,7 +489,7 @@ export function createOperations(deps: OperationDeps): Operations {
     }
   };
 
-  return { onRequest, handles, inodes };
+  return { onRequest, handles, inodes, kernelCache };
 }
 
 /**
