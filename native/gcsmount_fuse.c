@@ -896,8 +896,8 @@ static int is_dot(const char *name) { return name[0] == '.' && (name[1] == 0 || 
 // replyDirPlus(req, names, attrs: Float64Array, start, size, entryTimeoutSec, attrTimeoutSec): the
 // entries that fit in `size` bytes, names[i] at listing offset start + i + 1 with attributes attrs[7i..].
 // Returns how many were sent, or -errno when the kernel did not take the reply. The kernel counts each
-// entry it takes as a lookup of its inode, except "." and "..", which go without an inode (0) so that
-// it never does.
+// entry it takes as a lookup of its inode, except those sent without one (inode 0): "." and "..", and
+// entries whose ino JavaScript negated (the kernel holds them already, and keeps what it holds).
 static napi_value reply_dir_plus(napi_env env, napi_callback_info info) {
   napi_value argv[7];
   args_of(env, info, 7, argv);
@@ -933,8 +933,12 @@ static napi_value reply_dir_plus(napi_env env, napi_callback_info info) {
     if (napi_get_value_string_utf8(env, nv, name, sizeof name, &nlen) != napi_ok) break;
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
-    stat_of(attrs + 7 * (size_t)i, &e.attr);
-    e.ino = is_dot(name) ? 0 : e.attr.st_ino;
+    double v[7];
+    memcpy(v, attrs + 7 * (size_t)i, sizeof v);
+    int bare = is_dot(name) || v[0] < 0;
+    if (v[0] < 0) v[0] = -v[0];
+    stat_of(v, &e.attr);
+    e.ino = bare ? 0 : e.attr.st_ino;
     e.generation = 1;
     e.entry_timeout = entry_timeout;
     e.attr_timeout = attr_timeout;

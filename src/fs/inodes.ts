@@ -17,6 +17,8 @@ export interface InodeNode {
   toldGeneration: string | null;
   /** What the kernel was last told this inode is (null: nothing since the last invalidation). */
   toldKind: 'file' | 'dir' | null;
+  /** When the kernel was last given this name's entry (a lookup or READDIRPLUS; performance.now()). */
+  entryToldAt: number;
 }
 
 /**
@@ -32,7 +34,7 @@ export class InodeTable {
   private next = ROOT_INO + 1;
 
   constructor() {
-    const root: InodeNode = { ino: ROOT_INO, path: '/', lookups: Number.POSITIVE_INFINITY, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null };
+    const root: InodeNode = { ino: ROOT_INO, path: '/', lookups: Number.POSITIVE_INFINITY, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
     this.byIno.set(ROOT_INO, root);
     this.byPath.set('/', root);
   }
@@ -60,7 +62,7 @@ export class InodeTable {
   lookedUp(path: string): number {
     let node = this.byPath.get(path);
     if (!node) {
-      node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null };
+      node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
       this.byIno.set(node.ino, node);
       this.byPath.set(path, node);
       const folder = parentPath(path);

@@ -91,7 +91,8 @@ export interface FuseAddon {
    * READDIRPLUS: sends the entries that fit in `size` bytes, names[i] at listing offset start + i + 1
    * with attributes attrs[7i .. 7i + 6] (an Attr each). Returns how many were sent, or -errno when the
    * kernel did not take the reply. The kernel holds one lookup of each inode it was sent, but for "."
-   * and "..".
+   * and "..", and entries whose ino is negated: those go with their name, type and inode number only
+   * (the kernel keeps the entry and attributes it holds).
    */
   replyDirPlus(req: FuseRequest, names: readonly string[], attrs: Float64Array, start: number, size: number, entryTimeoutSec: number, attrTimeoutSec: number): number;
   /**

@@ -14,7 +14,7 @@ import { HandleTable, type ReportedSizesConfig } from './handles.js';
 import { childPath, InodeTable, ROOT_INO } from './inodes.js';
 import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
-import type { Listing } from '../namespace/listing.js';
+import type { ListingRun } from '../namespace/listing.js';
 import type { NativeReads } from './native-reads.js';
 
 export interface KernelTimeouts {
@@ -79,11 +79,18 @@ const MAX_POOLED_BUFFERS = 64;
  */
 const MIN_DIRENTPLUS_BYTES = 160;
 
+/** File type bits, for an entry sent without attributes (its d_type). */
+const S_IFREG = 0o100000;
+const S_IFDIR = 0o040000;
+
 /** The folder listing one open directory handle reads, taken when its first readdir asks. */
 interface DirHandle {
   ino: number;
-  /** Entries 0 and 1 are "." and ".."; `source` holds the others' metadata. */
-  listing: { names: string[]; inos: number[]; isDir: boolean[]; source: Listing } | null;
+  /**
+   * Entries 0 and 1 are "." and ".."; entry i's metadata is row rows[i] of runs[i] (null for those two),
+   * `prefix` the folder's object prefix.
+   */
+  listing: { names: string[]; inos: number[]; isDir: boolean[]; runs: (ListingRun | null)[]; rows: number[]; prefix: string } | null;
   pending: Promise<DirHandle['listing']> | null;
 }
 
@@ -240,6 +247,7 @@ export function createOperations(deps: OperationDeps): Operations {
       const attr = shown(ino, path, entry);
       // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
       if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
+      else inodes.node(ino)!.entryToldAt = performance.now();
     };
     const pinned = handles.pinned(path);
     if (pinned) return answer({ kind: 'file', meta: pinned });
@@ -369,13 +377,17 @@ export function createOperations(deps: OperationDeps): Operations {
       const names = ['.', '..'];
       const inos = [d.ino, parent];
       const isDir = [true, true];
-      listing.forEachName((name, dir) => {
+      const runs: (ListingRun | null)[] = [null, null];
+      const rows = [0, 0];
+      listing.forEachRow((name, dir, run, i) => {
         names.push(name);
         // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
         isDir.push(dir);
+        runs.push(run);
+        rows.push(i);
       });
-      d.listing = { names, inos, isDir, source: listing };
+      d.listing = { names, inos, isDir, runs, rows, prefix: listing.prefix };
       return d.listing;
     });
     return d.pending;
@@ -399,7 +411,10 @@ export function createOperations(deps: OperationDeps): Operations {
   /**
    * READDIRPLUS: entries with their attributes, from the listing (which has each object's size, mtime
    * and generation), so that a stat after it needs no LOOKUP. The kernel holds one lookup of each entry
-   * it takes (FORGET gives them back), "." and ".." excepted; entries that did not fit hold none.
+   * it takes (FORGET gives them back), "." and ".." excepted; entries that did not fit hold none. A name
+   * whose entry the kernel was given within the first half of its timeout, of the same generation, goes
+   * bare (no attributes, no lookup): a second `ls` of a large folder then costs the kernel and us
+   * next to nothing per name, and a listing in the second half still renews the entries.
    */
   const readdirplus = (a: Answer, fh: number, offset: number, size: number): void => {
     const d = dirs.get(fh);
@@ -411,27 +426,42 @@ export function createOperations(deps: OperationDeps): Operations {
       const names = l.names.slice(offset, offset + n);
       const attrs = new Float64Array(7 * n);
       const entries: (Entry | null)[] = [];
+      const now = performance.now();
+      const freshFor = timeouts.entrySec * 500;
       for (let i = 0; i < n; i++) {
         const at = offset + i;
-        if (at < 2) {
+        const run = l.runs[at];
+        if (!run) {
           attrs.set(statFor(l.inos[at]!, { kind: 'dir', mtimeMs: null }, deps.attributes), 7 * i);
           entries.push(null);
           continue;
         }
         const child = childPath(path, names[i]!);
-        const entry: Entry = l.source.get(names[i]!) ?? { kind: 'dir', mtimeMs: null };
-        const pinned = entry.kind === 'file' ? handles.pinned(child) : undefined;
-        const shownEntry: Entry = pinned ? { kind: 'file', meta: pinned } : entry;
-        attrs.set(statFor(inodes.lookedUp(child), shownEntry, deps.attributes), 7 * i);
-        entries.push(shownEntry);
+        const row = l.rows[at]!;
+        const dir = l.isDir[at]!;
+        const pinned = dir ? undefined : handles.pinned(child);
+        const node = inodes.at(child);
+        if (!pinned && node && node.lookups > 0 && now - node.entryToldAt < freshFor && node.toldKind === (dir ? 'dir' : 'file') && (dir || node.toldGeneration === run.generation(row))) {
+          attrs[7 * i] = -node.ino;
+          attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
+          entries.push(null);
+          continue;
+        }
+        const entry: Entry = dir ? { kind: 'dir', mtimeMs: null } : { kind: 'file', meta: pinned ?? run.meta(row, l.prefix) };
+        attrs.set(statFor(inodes.lookedUp(child), entry, deps.attributes), 7 * i);
+        entries.push(entry);
       }
       const sent = a.dirPlus(names, attrs, offset, size, timeouts.entrySec, timeouts.attrSec);
       for (let i = 0; i < n; i++) {
         const entry = entries[i];
         if (!entry) continue;
         const ino = attrs[7 * i]!;
-        if (i < sent) told(ino, childPath(path, names[i]!), entry);
-        else inodes.forget(ino, 1); // not sent: the kernel holds no lookup of it
+        if (i >= sent) {
+          inodes.forget(ino, 1); // not sent: the kernel holds no lookup of it
+          continue;
+        }
+        told(ino, childPath(path, names[i]!), entry);
+        inodes.node(ino)!.entryToldAt = now;
       }
     };
     if (d.listing) return reply(d.listing);
