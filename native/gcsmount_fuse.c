@@ -81,7 +81,7 @@ struct mount {
   unsigned max_background;
   unsigned congestion_threshold;
   unsigned want_parallel_dirops;
-  atomic_int patch_init_reply; // set by ll_init, for the INIT reply that follows it (the notify thread writes too)
+  atomic_int patch_init_reply; // set by ll_init, for the INIT reply that follows it (dev_writev runs on the notify thread too)
   // Reads the native path holds (block_reads.c). Once the receive loop has ended (`exiting`), no new one
   // starts, and OP_EXITED waits for these to be answered or handed to JavaScript.
   pthread_mutex_t native_lock;
@@ -204,8 +204,8 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   // Every listing comes with each entry's attributes (the listing has them already), so `ls -l`, `find
   // -ls` or os.walk + stat cost no LOOKUP per name. Always, not READDIRPLUS_AUTO (libfuse's default with
   // a readdirplus op): AUTO sends plain READDIRs after the first buffer unless stats came in between,
-  // and `ls -l` reads the whole folder before its first stat, so all but the first ~25 names were looked
-  // up one by one.
+  // and `ls -l` reads the whole folder before its first stat, so all names after the first buffer were
+  // looked up one by one.
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
   // Pages are dropped on open (keep_cache off) and when a file's size or mtime moves.

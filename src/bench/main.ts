@@ -1,6 +1,7 @@
 import { machine } from './harness.js';
 import { indexScenario, warmReadScenario } from './block-cache.js';
 import { dataPathScenario } from './data-path.js';
+import { listingScenario } from './listing.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
 import { statScenario } from './stat.js';
@@ -14,6 +15,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   index: { title: 'Block index: SQLite at 1,000,000 blocks', run: indexScenario },
   sharing: { title: 'Sharing a bucket: three daemons under one 60 requests/s limit; reads through stalling bodies', run: sharingScenario },
   stat: { title: 'Cold stat/s: 10,000 files in one folder by 1 and 4 threads, no latency', run: statScenario },
+  listing: { title: '`ls -l` of 10,000 files in one folder: LOOKUPs against READDIRPLUS, no latency', run: listingScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 

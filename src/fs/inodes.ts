@@ -60,6 +60,11 @@ export class InodeTable {
 
   /** One more lookup of `path` held by the kernel; its inode number. */
   lookedUp(path: string): number {
+    return this.hold(path).ino;
+  }
+
+  /** One more lookup of `path` held by the kernel; its inode. */
+  hold(path: string): InodeNode {
     let node = this.byPath.get(path);
     if (!node) {
       node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
@@ -71,7 +76,7 @@ export class InodeTable {
       set.add(node);
     }
     node.lookups++;
-    return node.ino;
+    return node;
   }
 
   /** The kernel dropped `count` lookups of `ino`. */

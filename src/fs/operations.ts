@@ -11,7 +11,7 @@ import type { Prefetcher } from '../prefetch/prefetcher.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
-import { childPath, InodeTable, ROOT_INO } from './inodes.js';
+import { childPath, InodeTable, ROOT_INO, type InodeNode } from './inodes.js';
 import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
 import type { ListingRun } from '../namespace/listing.js';
@@ -207,8 +207,7 @@ export function createOperations(deps: OperationDeps): Operations {
   };
 
   /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
-  const told = (ino: number, path: string, entry: Entry): void => {
-    const node = inodes.node(ino);
+  const told = (ino: number, path: string, entry: Entry, node = inodes.node(ino)): void => {
     if (node) {
       node.toldKind = entry.kind;
       node.toldGeneration = entry.kind === 'file' ? entry.meta.generation : null;
@@ -426,6 +425,8 @@ export function createOperations(deps: OperationDeps): Operations {
       const names = l.names.slice(offset, offset + n);
       const attrs = new Float64Array(7 * n);
       const entries: (Entry | null)[] = [];
+      const held: InodeNode[] = [];
+      const paths: string[] = [];
       const now = performance.now();
       const freshFor = timeouts.entrySec * 500;
       for (let i = 0; i < n; i++) {
@@ -448,20 +449,23 @@ export function createOperations(deps: OperationDeps): Operations {
           continue;
         }
         const entry: Entry = dir ? { kind: 'dir', mtimeMs: null } : { kind: 'file', meta: pinned ?? run.meta(row, l.prefix) };
-        attrs.set(statFor(inodes.lookedUp(child), entry, deps.attributes), 7 * i);
+        const holder = inodes.hold(child);
+        attrs.set(statFor(holder.ino, entry, deps.attributes), 7 * i);
         entries.push(entry);
+        held[i] = holder;
+        paths[i] = child;
       }
       const sent = a.dirPlus(names, attrs, offset, size, timeouts.entrySec, timeouts.attrSec);
       for (let i = 0; i < n; i++) {
         const entry = entries[i];
         if (!entry) continue;
-        const ino = attrs[7 * i]!;
+        const node = held[i]!;
         if (i >= sent) {
-          inodes.forget(ino, 1); // not sent: the kernel holds no lookup of it
+          inodes.forget(node.ino, 1); // not sent: the kernel holds no lookup of it
           continue;
         }
-        told(ino, childPath(path, names[i]!), entry);
-        inodes.node(ino)!.entryToldAt = now;
+        told(node.ino, paths[i]!, entry, node);
+        node.entryToldAt = now;
       }
     };
     if (d.listing) return reply(d.listing);
