@@ -57,8 +57,20 @@ export class KernelCache {
 
   private check(node: InodeNode, entry: Entry | null): void {
     if (node.ino === ROOT_INO || node.toldKind === null || this.handles.pinned(node.path)) return;
-    if (entry === null || entry.kind !== node.toldKind) {
-      // Gone (or a file became a folder): the next use of the name is a LOOKUP.
+    if (entry === null) {
+      // Gone: dropping the inode's attributes is enough (its stat asks getattr, which answers ENOENT,
+      // as does an open), and unlike dropping the name it needs no lock of the folder, which the kernel
+      // holds for every lookup in it: an entry invalidation waits for all of them, and a lookup stuck on
+      // GCS would stall every later lookup and listing of the folder behind it.
+      node.toldKind = null;
+      node.toldGeneration = null;
+      node.cachedGeneration = null;
+      if (this.fuse.invalidateInode(this.session!, node.ino)) this.metrics.inc('fuse_invalidated_entries');
+      return;
+    }
+    if (entry.kind !== node.toldKind) {
+      // A file became a folder or the other way round: the inode cannot change its type, so the name
+      // goes (the next use of it is a LOOKUP). Rare enough to take the folder's lock for.
       const parent = this.inodes.peek(parentPath(node.path));
       if (parent === undefined) return;
       node.toldKind = null;

@@ -19,7 +19,7 @@ export const COUNTERS = {
   gcs_retry_deadline_exceeded: 'reads and lookups that failed on reaching --max-retry-duration',
   fuse_read_bytes: 'bytes returned by FUSE reads (the native path\'s included)',
   fuse_invalidated_inodes: 'inodes whose attributes and pages the kernel was told to drop (the object changed)',
-  fuse_invalidated_entries: 'names the kernel was told to drop (gone from GCS, or no longer a file or folder)',
+  fuse_invalidated_entries: 'names gone from GCS (or no longer a file or folder) whose inode or entry the kernel was told to drop',
   native_reads: 'FUSE reads answered by the native path: blocks already on disk, read and checked without JavaScript',
   native_read_bytes: 'bytes returned by those reads',
   native_fallbacks: 'reads the native path gave back to JavaScript (a damaged block file, or no block memory free)',
