@@ -47,10 +47,22 @@ enum op_code {
   OP_READDIR = 8,
   OP_RELEASEDIR = 9,
   OP_STATFS = 10,
+  OP_READDIRPLUS = 11,
+  OP_INVALIDATED = 12, // the kernel has dropped an inode's attributes and pages (no request)
   OP_EXITED = 100, // the receive loop has ended (unmounted, or the connection aborted)
 };
 
 struct mount;
+
+// A kernel cache invalidation waiting for the notify thread: an inode's attributes and pages (entry 0),
+// or the name `name` in the folder `ino` (entry 1).
+struct notice {
+  struct notice *next;
+  uint64_t ino;
+  int entry;
+  size_t namelen;
+  char name[];
+};
 
 // What JavaScript holds for one request: the libfuse request, answered at most once.
 struct req_ref {
@@ -70,13 +82,24 @@ struct mount {
   unsigned max_background;
   unsigned congestion_threshold;
   unsigned want_parallel_dirops;
-  int patch_init_reply; // set by ll_init, for the INIT reply that follows it
+  atomic_int patch_init_reply; // set by ll_init, for the INIT reply that follows it (dev_writev runs on the notify thread too)
   // Reads the native path holds (block_reads.c). Once the receive loop has ended (`exiting`), no new one
   // starts, and OP_EXITED waits for these to be answered or handed to JavaScript.
   pthread_mutex_t native_lock;
   pthread_cond_t native_idle;
   long native_jobs;
   int exiting;
+  // Invalidations of the kernel's caches, sent by a thread of their own: the kernel may hold locks (a
+  // page being read, the folder's lock during a lookup) until a request is answered, and only the JS
+  // thread answers it, so the JS thread must never wait for a notification. `notify_stop` ends the thread
+  // (the queue left is discarded); set once the session has ended, before the session is destroyed.
+  pthread_t notify_thread;
+  int notify_started;
+  pthread_mutex_t notify_lock;
+  pthread_cond_t notify_wake;
+  struct notice *notify_head, *notify_tail;
+  int notify_stop;
+  int notify_tsfn_gone; // the threadsafe function refused a call (the environment is going): never touch it again
 };
 
 // One request on its way to JavaScript. `name` is set for lookups, and for a read the native path gave
@@ -179,6 +202,13 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
     m->patch_init_reply = 1;
   }
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  // Every listing comes with each entry's attributes (the listing has them already), so `ls -l`, `find
+  // -ls` or os.walk + stat cost no LOOKUP per name. Always, not READDIRPLUS_AUTO (libfuse's default with
+  // a readdirplus op): AUTO sends plain READDIRs after the first buffer unless stats came in between,
+  // and `ls -l` reads the whole folder before its first stat, so all names after the first buffer were
+  // looked up one by one.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
   // Pages are dropped on open (keep_cache off) and when a file's size or mtime moves.
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
@@ -239,6 +269,10 @@ static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
   send(mount_of(req), OP_READDIR, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
 }
 
+static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  send(mount_of(req), OP_READDIRPLUS, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
+}
+
 static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   struct br_file *f = file_of(fi);
   send(mount_of(req), OP_RELEASEDIR, req, ino, br_file_js_fh(f), 0, 0, NULL);
@@ -258,6 +292,7 @@ static const struct fuse_lowlevel_ops ll_ops = {
     .release = ll_release,
     .opendir = ll_opendir,
     .readdir = ll_readdir,
+    .readdirplus = ll_readdirplus,
     .releasedir = ll_releasedir,
     .statfs = ll_statfs,
 };
@@ -296,6 +331,86 @@ static void *receive_loop(void *arg) {
   pthread_mutex_unlock(&m->native_lock);
   send(m, OP_EXITED, NULL, 0, 0, 0, 0, NULL);
   return NULL;
+}
+
+// ------------------------------------------------------------------ notify thread
+
+static void *notify_loop(void *arg) {
+  struct mount *m = arg;
+  pthread_mutex_lock(&m->notify_lock);
+  for (;;) {
+    while (!m->notify_head && !m->notify_stop) pthread_cond_wait(&m->notify_wake, &m->notify_lock);
+    if (m->notify_stop) break;
+    struct notice *n = m->notify_head;
+    m->notify_head = n->next;
+    if (!m->notify_head) m->notify_tail = NULL;
+    pthread_mutex_unlock(&m->notify_lock);
+    // May wait in the kernel (for a page a read holds locked, for the folder's lock while a lookup in it
+    // runs) until the JS thread answers that request: which is why this is not the JS thread. -ENOENT:
+    // the kernel no longer holds the inode or name, nothing to drop.
+    int res = n->entry ? fuse_lowlevel_notify_inval_entry(m->se, n->ino, n->name, n->namelen) : fuse_lowlevel_notify_inval_inode(m->se, n->ino, 0, 0);
+    if (!n->entry && res == 0 && !m->notify_tsfn_gone) {
+      // JavaScript may now let an open read the new generation: the kernel asks for the size again.
+      // Never blocking: a full queue would have this thread wait for the JS thread, which may be waiting
+      // to join it; a lost message only keeps the old generation until the attribute timeout.
+      struct msg *msg = malloc(sizeof *msg);
+      if (msg) {
+        memset(msg, 0, sizeof *msg);
+        msg->op = OP_INVALIDATED;
+        msg->ino = n->ino;
+        napi_status st = napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_nonblocking);
+        if (st != napi_ok) free(msg);
+        if (st == napi_closing) m->notify_tsfn_gone = 1;
+      }
+    }
+    free(n);
+    pthread_mutex_lock(&m->notify_lock);
+  }
+  // The session has ended: what is left would reach no kernel.
+  while (m->notify_head) {
+    struct notice *n = m->notify_head;
+    m->notify_head = n->next;
+    free(n);
+  }
+  m->notify_tail = NULL;
+  pthread_mutex_unlock(&m->notify_lock);
+  if (!m->notify_tsfn_gone) napi_release_threadsafe_function(m->tsfn, napi_tsfn_release);
+  return NULL;
+}
+
+// Ends the notify thread (JS thread, once the receive loop has ended and before the session and the
+// threadsafe function go): a notification in progress fails at once on a connection that has ended.
+static void stop_notify(struct mount *m) {
+  if (!m->notify_started) return;
+  pthread_mutex_lock(&m->notify_lock);
+  m->notify_stop = 1;
+  pthread_cond_signal(&m->notify_wake);
+  pthread_mutex_unlock(&m->notify_lock);
+  pthread_join(m->notify_thread, NULL);
+  m->notify_started = 0;
+}
+
+// Queues a notice; false once the session has ended (nothing to invalidate any more).
+static int enqueue_notice(struct mount *m, uint64_t ino, const char *name, size_t namelen) {
+  struct notice *n = malloc(sizeof *n + namelen + 1);
+  if (!n) return 0;
+  n->next = NULL;
+  n->ino = ino;
+  n->entry = name != NULL;
+  n->namelen = namelen;
+  if (name) memcpy(n->name, name, namelen);
+  n->name[namelen] = 0;
+  pthread_mutex_lock(&m->notify_lock);
+  int ok = m->notify_started && !m->notify_stop;
+  if (ok) {
+    if (m->notify_tail) m->notify_tail->next = n;
+    else m->notify_head = n;
+    m->notify_tail = n;
+    pthread_cond_signal(&m->notify_wake);
+  }
+  pthread_mutex_unlock(&m->notify_lock);
+  if (!ok) free(n);
+  return ok;
 }
 
 // ------------------------------------------------------------------ JS thread side
@@ -347,7 +462,11 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
     free(msg);
     return;
   }
-  if (msg->op == OP_EXITED) m->loop_ended = 1;
+  if (msg->op == OP_EXITED) {
+    // Before anything can destroy the session (an answer below may), and before the queue is let go.
+    stop_notify(m);
+    m->loop_ended = 1;
+  }
   napi_value argv[8], undefined;
   napi_get_undefined(env, &undefined);
   napi_create_int32(env, msg->op, &argv[0]);
@@ -377,7 +496,8 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
   free(msg);
   napi_call_function(env, undefined, js_cb, 8, argv, NULL);
   if (msg_op == OP_EXITED) {
-    // Nothing sends any more: let the queue go, so it no longer keeps the process alive.
+    // Nothing sends any more (the notify thread has ended): let the queue go, so it no longer keeps the
+    // process alive.
     napi_release_threadsafe_function(m->tsfn, napi_tsfn_release);
     maybe_destroy(m);
   }
@@ -409,22 +529,21 @@ static void args_of(napi_env env, napi_callback_info info, size_t want, napi_val
   for (size_t i = argc; i < want; i++) napi_get_undefined(env, &argv[i]);
 }
 
+// Times are whole milliseconds (GCS's resolution): split in integers, since ms / 1000 in floating point
+// would show 0.258 s as 257999999 ns, a millisecond early.
 static void set_time(struct timespec *ts, double ms) {
-  double secs = ms / 1000.0;
-  ts->tv_sec = (time_t)secs;
-  ts->tv_nsec = (long)((secs - (double)ts->tv_sec) * 1e9);
-  if (ts->tv_nsec < 0) ts->tv_nsec = 0;
+  int64_t whole = (int64_t)(ms + (ms >= 0 ? 0.5 : -0.5));
+  ts->tv_sec = (time_t)(whole / 1000);
+  ts->tv_nsec = (long)(whole % 1000) * 1000000L;
+  if (ts->tv_nsec < 0) {
+    ts->tv_sec -= 1;
+    ts->tv_nsec += 1000000000L;
+  }
 }
 
-// attr from a JS array: [ino, mode, nlink, uid, gid, size, mtimeMs]
-static int fill_stat(napi_env env, napi_value arr, struct stat *st) {
+// Attributes as JavaScript gives them: [ino, mode, nlink, uid, gid, size, mtimeMs].
+static void stat_of(const double *v, struct stat *st) {
   memset(st, 0, sizeof *st);
-  double v[7];
-  for (uint32_t i = 0; i < 7; i++) {
-    napi_value e;
-    if (napi_get_element(env, arr, i, &e) != napi_ok) return -1;
-    v[i] = num(env, e);
-  }
   st->st_ino = (ino_t)v[0];
   st->st_mode = (mode_t)v[1];
   st->st_nlink = (nlink_t)v[2];
@@ -436,6 +555,17 @@ static int fill_stat(napi_env env, napi_value arr, struct stat *st) {
   set_time(&st->st_mtim, v[6]);
   st->st_atim = st->st_mtim;
   st->st_ctim = st->st_mtim;
+}
+
+// attr from a JS array
+static int fill_stat(napi_env env, napi_value arr, struct stat *st) {
+  double v[7];
+  for (uint32_t i = 0; i < 7; i++) {
+    napi_value e;
+    if (napi_get_element(env, arr, i, &e) != napi_ok) return -1;
+    v[i] = num(env, e);
+  }
+  stat_of(v, st);
   return 0;
 }
 
@@ -805,6 +935,108 @@ static napi_value reply_dir(napi_env env, napi_callback_info info) {
   return out;
 }
 
+static int is_dot(const char *name) { return name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0)); }
+
+// replyDirPlus(req, names, attrs: Float64Array, start, size, entryTimeoutSec, attrTimeoutSec): the
+// entries that fit in `size` bytes, names[i] at listing offset start + i + 1 with attributes attrs[7i..].
+// Returns how many were sent, or -errno when the kernel did not take the reply. The kernel counts each
+// entry it takes as a lookup of its inode, except those sent without one (inode 0): "." and "..", and
+// entries whose ino JavaScript negated (the kernel holds them already, and keeps what it holds).
+static napi_value reply_dir_plus(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  args_of(env, info, 7, argv);
+  napi_typedarray_type type;
+  size_t nattrs = 0;
+  void *data = NULL;
+  if (napi_get_typedarray_info(env, argv[2], &type, &nattrs, &data, NULL, NULL) != napi_ok || type != napi_float64_array) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyDirPlus wants a Float64Array of attributes");
+    return NULL;
+  }
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  const double *attrs = data;
+  uint32_t count = 0;
+  napi_get_array_length(env, argv[1], &count);
+  if ((size_t)count * 7 > nattrs) count = (uint32_t)(nattrs / 7);
+  uint32_t start = (uint32_t)num(env, argv[3]);
+  size_t size = (size_t)num(env, argv[4]);
+  double entry_timeout = num(env, argv[5]), attr_timeout = num(env, argv[6]);
+  char *buf = malloc(size ? size : 1);
+  if (!buf) {
+    fuse_reply_err(r->req, ENOMEM);
+    answered(r);
+    return NULL;
+  }
+  size_t used = 0;
+  uint32_t i = 0;
+  char name[1024];
+  for (; i < count; i++) {
+    napi_value nv;
+    size_t nlen = 0;
+    napi_get_element(env, argv[1], i, &nv);
+    if (napi_get_value_string_utf8(env, nv, name, sizeof name, &nlen) != napi_ok) break;
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    double v[7];
+    memcpy(v, attrs + 7 * (size_t)i, sizeof v);
+    int bare = is_dot(name) || v[0] < 0;
+    if (v[0] < 0) v[0] = -v[0];
+    stat_of(v, &e.attr);
+    e.ino = bare ? 0 : e.attr.st_ino;
+    e.generation = 1;
+    e.entry_timeout = entry_timeout;
+    e.attr_timeout = attr_timeout;
+    size_t need = fuse_add_direntry_plus(r->req, buf + used, size - used, name, &e, (off_t)(start + i) + 1);
+    if (need > size - used) break;
+    used += need;
+  }
+  int res = fuse_reply_buf(r->req, buf, used);
+  free(buf);
+  answered(r);
+  napi_value out;
+  napi_create_int32(env, res == 0 ? (int32_t)i : res, &out);
+  return out;
+}
+
+static struct mount *session_arg(napi_env env, napi_value v) {
+  struct mount *m = NULL;
+  if (napi_get_value_external(env, v, (void **)&m) != napi_ok || !m) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: not a session");
+    return NULL;
+  }
+  return m;
+}
+
+// invalidateInode(session, ino): queues dropping the kernel's attributes and pages of `ino`; an
+// OP_INVALIDATED for it follows once the kernel has. Returns at once: false when the session has ended.
+static napi_value invalidate_inode(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct mount *m = session_arg(env, argv[0]);
+  if (!m) return NULL;
+  napi_value out;
+  napi_get_boolean(env, enqueue_notice(m, (uint64_t)num(env, argv[1]), NULL, 0), &out);
+  return out;
+}
+
+// invalidateEntry(session, parentIno, name): queues dropping the kernel's entry for `name` in the folder
+// `parentIno` (the next use of the name is a LOOKUP). Returns at once: false when the session has ended.
+static napi_value invalidate_entry(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct mount *m = session_arg(env, argv[0]);
+  if (!m) return NULL;
+  char name[1024];
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[2], name, sizeof name, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: invalidateEntry wants a name");
+    return NULL;
+  }
+  napi_value out;
+  napi_get_boolean(env, enqueue_notice(m, (uint64_t)num(env, argv[1]), name, len), &out);
+  return out;
+}
+
 // replyStatfs(req, [bsize, frsize, blocks, bfree, bavail, files, ffree, favail, fsid, flag, namemax])
 static napi_value reply_statfs(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -887,8 +1119,11 @@ static napi_value do_mount(napi_env env, napi_callback_info info) {
     if (napi_get_value_bool(env, v, &b) == napi_ok) m->want_parallel_dirops = b;
   }
   atomic_init(&m->outstanding, 0);
+  atomic_init(&m->patch_init_reply, 0);
   pthread_mutex_init(&m->native_lock, NULL);
   pthread_cond_init(&m->native_idle, NULL);
+  pthread_mutex_init(&m->notify_lock, NULL);
+  pthread_cond_init(&m->notify_wake, NULL);
 
   last_log[0] = 0;
   log_to_stderr = getenv("GCSMOUNT_FUSE_DEBUG") != NULL;
@@ -931,6 +1166,12 @@ static napi_value do_mount(napi_env env, napi_callback_info info) {
     return throw_mount_error(env, "cannot start the receive thread");
   }
   m->thread_started = 1;
+  // The notify thread holds the request queue too (for OP_INVALIDATED). Without it the mount works,
+  // and invalidations are refused (the kernel's caches then expire by their timeouts alone).
+  if (napi_acquire_threadsafe_function(m->tsfn) == napi_ok) {
+    if (pthread_create(&m->notify_thread, NULL, notify_loop, m) == 0) m->notify_started = 1;
+    else napi_release_threadsafe_function(m->tsfn, napi_tsfn_release);
+  }
   napi_value out;
   // The handle lives as long as the process: the session may outlive every JS reference to it.
   CHECK(napi_create_external(env, m, NULL, NULL, &out));
@@ -952,6 +1193,9 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("replyOpen", reply_open);
   EXPORT("replyBuf", reply_buf);
   EXPORT("replyDir", reply_dir);
+  EXPORT("replyDirPlus", reply_dir_plus);
+  EXPORT("invalidateInode", invalidate_inode);
+  EXPORT("invalidateEntry", invalidate_entry);
   EXPORT("replyStatfs", reply_statfs);
   EXPORT("nativeFile", native_file);
   EXPORT("addBlocks", add_blocks);

@@ -1,12 +1,14 @@
+import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, mount, mountStats, run, startBucket, unmount, writeObjects, type MountStats, type TestBucket } from './helpers/harness.js';
-import { bytes, sha256, upload } from './helpers/objects.js';
+import { cleanupAll, eventually, mount, mountStats, run, sha256Of, startBucket, unmount, writeObjects, type MountStats, type TestBucket } from './helpers/harness.js';
+import { bytes, objectMeta, sha256, upload } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 const PY = '/usr/bin/python3';
 
 const opCount = (s: MountStats, op: string): number => s.fuseOps[op]?.count ?? 0;
+const PLUS_FILES = 600;
 
 /** The most requests of one kind the emulator was answering at the same moment. */
 function peakOverlap(log: { kind: string; startMs: number; endMs: number }[], kind: string): number {
@@ -25,6 +27,8 @@ describe('the libfuse3 layer', () => {
   beforeAll(async () => {
     tb = await startBucket('fuse3');
     for (let i = 0; i < 100; i++) chunks[`array/c.${i}`] = bytes(1000 + i, i);
+    for (let i = 0; i < PLUS_FILES; i++) chunks[`plus/f.${i}`] = bytes(i % 97, i);
+    chunks['plus/sub/x'] = Buffer.from('x');
     await writeObjects(tb.root, tb.bucket, { ...chunks, 'big/seq.bin': bytes(64 * MIB, 7), 'listed/a': 'a', 'listed/b': 'b', 'listed/sub/c': 'c' });
   });
 
@@ -102,7 +106,8 @@ describe('the libfuse3 layer', () => {
         const second = await run('ls', [dir]);
         expect(second.stdout).toBe(first.stdout);
         const after = await mountStats(m.path);
-        return { readdirs: opCount(after, 'readdir') - opCount(before, 'readdir'), gcs: tb.emulator.stats().requests.total };
+        const readdirs = (s: MountStats) => opCount(s, 'readdir') + opCount(s, 'readdirplus');
+        return { readdirs: readdirs(after) - readdirs(before), gcs: tb.emulator.stats().requests.total };
       } finally {
         await unmount(m.path);
       }
@@ -136,6 +141,120 @@ describe('the libfuse3 layer', () => {
       expect(held.stdout.trim(), held.stderr).toBe(sha256(v1));
       await new Promise((r) => setTimeout(r, 1500)); // past the metadata, attribute and entry TTLs
       expect((await run('sha256sum', [file])).stdout.split(' ')[0]).toBe(sha256(v2));
+    } finally {
+      await unmount(m.path);
+    }
+  });
+
+  it('lists with READDIRPLUS: ls -l and find -ls cost no LOOKUP per name and no request beyond the listing', async () => {
+    const m = await mount({ tb, args: ['--uid', '1234', '--gid', '4321', '--file-mode', '640', '--dir-mode', '750'] });
+    try {
+      const dir = join(m.path, 'plus');
+      const before = await mountStats(m.path);
+      tb.emulator.resetStats();
+      const ls = await run('ls', ['-l', '--time-style=+%s', dir]);
+      expect(ls.code, ls.stderr).toBe(0);
+      const rows = ls.stdout.split('\n').filter((l) => l.startsWith('-'));
+      expect(rows.length).toBe(PLUS_FILES);
+      const find = await run('find', [dir, '-ls']);
+      expect(find.stdout.trim().split('\n').length).toBe(PLUS_FILES + 3); // plus, plus/sub, plus/sub/x
+      // Every stat after the listing, from yet another process, is answered by the kernel from what
+      // readdirplus gave it: size, mtime, mode and owner as a LOOKUP would have.
+      const script = [
+        'import os, sys, json',
+        'd = sys.argv[1]',
+        'print(json.dumps({n: [s.st_size, s.st_mtime_ns // 1000000, s.st_mode, s.st_uid, s.st_gid] for n in os.listdir(d) for s in [os.stat(os.path.join(d, n))]}))',
+      ].join('\n');
+      const py = await run(PY, ['-c', script, dir]);
+      expect(py.code, py.stderr).toBe(0);
+      const seen = JSON.parse(py.stdout) as Record<string, [number, number, number, number, number]>;
+      expect(Object.keys(seen).length).toBe(PLUS_FILES + 1);
+      // The listings (plus and plus/sub) were all GCS saw.
+      const requests = tb.emulator.stats().requests;
+      expect(requests.total).toBe(requests.list);
+      expect(requests.list).toBeLessThanOrEqual(4);
+      for (const i of [0, 1, 96, 97, 599]) {
+        const meta = await objectMeta(tb, `plus/f.${i}`);
+        expect(seen[`f.${i}`]).toEqual([i % 97, Date.parse(meta.updated), 0o100640, 1234, 4321]);
+      }
+      expect(seen.sub!.slice(2)).toEqual([0o40750, 1234, 4321]);
+      const after = await mountStats(m.path);
+      // The folder itself is looked up once (and its sub-folder by find's descent): not one per name.
+      expect(opCount(after, 'lookup') - opCount(before, 'lookup')).toBeLessThanOrEqual(3);
+      expect(opCount(after, 'getattr') - opCount(before, 'getattr')).toBeLessThanOrEqual(3);
+      expect(opCount(after, 'readdirplus') - opCount(before, 'readdirplus')).toBeGreaterThan(0);
+      // Each entry is one lookup the kernel holds: the inode table has them all until FORGET.
+      expect(after.gauges.kernel_inodes).toBeGreaterThanOrEqual(PLUS_FILES + 2);
+      if (process.getuid?.() === 0) {
+        // Dropping the kernel's dentries and inodes (root only) gives every lookup back: the table
+        // returns to what the kernel still holds (nothing here; the mount's root is not counted).
+        await fsp.writeFile('/proc/sys/vm/drop_caches', '2');
+        await eventually(async () => ((await mountStats(m.path)).gauges.kernel_inodes ?? -1) === 0, 10_000);
+      }
+    } finally {
+      await unmount(m.path);
+    }
+  });
+
+  it('drops the kernel\'s attributes, pages and entries of changed objects as soon as the daemon lists the change', async () => {
+    const v1 = bytes(200_000, 11);
+    const v2 = bytes(300_000, 22);
+    await writeObjects(tb.root, tb.bucket, { 'inval/a.bin': v1, 'inval/gone.txt': 'soon gone', 'inval/kept.txt': 'kept' });
+    // The kernel may keep entries and attributes for 60 s; a listing says "no such name" for 1 s only,
+    // so lookups of missing names make the daemon list the folder again well within the 60 s.
+    const m = await mount({ tb, args: ['--metadata-cache-ttl-secs', '60', '--metadata-cache-negative-ttl-secs', '1'] });
+    const dir = join(m.path, 'inval');
+    const sizeOf = async (name: string) => (await run('stat', ['-c', '%s', join(dir, name)])).stdout.trim();
+    try {
+      expect((await run('ls', ['-l', dir])).code).toBe(0);
+      expect(await sha256Of(join(dir, 'a.bin'))).toBe(sha256(v1)); // into the kernel's page cache
+      expect(await sizeOf('gone.txt')).toBe('9');
+      await upload(tb, 'inval/a.bin', v2);
+      await fsp.unlink(join(tb.root, tb.bucket, 'inval/gone.txt'));
+      await new Promise((r) => setTimeout(r, 1200));
+      // The kernel still shows what it was told (its timeouts have 58 s to go): this is what stayed
+      // until the timeouts ran out before the daemon told the kernel.
+      expect(await sizeOf('a.bin')).toBe('200000');
+      expect(await sizeOf('gone.txt')).toBe('9');
+      const before = await mountStats(m.path);
+      // Two names that are not there: the second one has the daemon list the folder again.
+      for (const name of ['nope.1', 'nope.2', 'nope.3']) expect((await run('stat', [join(dir, name)])).code).not.toBe(0);
+      await eventually(async () => (await sizeOf('a.bin')) === '300000', 10_000);
+      expect(await sha256Of(join(dir, 'a.bin'))).toBe(sha256(v2));
+      expect((await run('stat', [join(dir, 'gone.txt')])).code).not.toBe(0);
+      expect(await sizeOf('kept.txt')).toBe('4');
+      const after = await mountStats(m.path);
+      expect(after.counters.fuse_invalidated_inodes! - before.counters.fuse_invalidated_inodes!).toBeGreaterThanOrEqual(1);
+      expect(after.counters.fuse_invalidated_entries! - before.counters.fuse_invalidated_entries!).toBeGreaterThanOrEqual(1);
+    } finally {
+      await unmount(m.path);
+    }
+  });
+
+  it('stops promptly on SIGTERM with invalidations still queued', async () => {
+    const names: Record<string, string> = {};
+    for (let i = 0; i < 3000; i++) names[`queued/n.${i}`] = 'v1';
+    await writeObjects(tb.root, tb.bucket, names);
+    // No listing is kept: every ls lists the folder afresh, and tells the daemon what changed.
+    const m = await mount({ tb, foreground: true, args: ['--metadata-cache-ttl-secs', '60', '--stat-cache-max-size-mb', '0'] });
+    const dir = join(m.path, 'queued');
+    try {
+      expect((await run('ls', ['-l', dir])).code).toBe(0);
+      // Every object replaced or deleted: the next listing has 3,000 inodes and names to drop.
+      for (let i = 0; i < 3000; i++) {
+        const file = join(tb.root, tb.bucket, `queued/n.${i}`);
+        if (i % 2) await fsp.unlink(file);
+        else await fsp.writeFile(file, 'version 2');
+      }
+      const ls = run('ls', ['-l', dir]);
+      await eventually(async () => ((await mountStats(m.path)).counters.fuse_invalidated_entries ?? 0) > 0, 20_000);
+      const t0 = Date.now();
+      m.daemon!.kill('SIGTERM');
+      const code = await new Promise<number | null>((done) => m.daemon!.once('exit', (c) => done(c)));
+      expect(code).toBe(0);
+      expect(Date.now() - t0).toBeLessThan(15_000);
+      await ls;
+      expect((await fsp.readFile('/proc/self/mountinfo', 'utf8')).includes(` ${m.path} `)).toBe(false);
     } finally {
       await unmount(m.path);
     }

@@ -255,7 +255,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
       })
     : null;
   const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
-  const { onRequest } = createOperations({
+  const { onRequest, kernelCache } = createOperations({
     fuse,
     native,
     prefetcher,
@@ -311,6 +311,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
     maxBackground: Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
   });
   undo.push(() => mount.unmount());
+  kernelCache.attach(mount.session);
   await setReadAhead(mountPoint, v['max-read-ahead-kb'], log);
   // Only now does `gcsmount wait` get its answer.
   control.open();

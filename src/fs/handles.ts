@@ -78,6 +78,14 @@ export class HandleTable {
     }
   }
 
+  /**
+   * The kernel holds no attributes of `path` any more (they were invalidated and nothing was told
+   * since): the next open reads the object as it is now, not the generation last reported.
+   */
+  droppedFromKernel(path: string): void {
+    this.reported.delete(path);
+  }
+
   /** How many paths the table of reported attributes holds (expired ones included until the next sweep). */
   get reportedCount(): number {
     return this.reported.size;

@@ -1,7 +1,7 @@
 /** The root directory's inode number, fixed by FUSE. */
 export const ROOT_INO = 1;
 
-interface Node {
+export interface InodeNode {
   ino: number;
   path: string;
   /** How many lookups the kernel holds (each answered lookup adds one; FORGET takes them back). */
@@ -10,6 +10,15 @@ interface Node {
   cachedGeneration: string | null;
   /** When the kernel's cache of this directory's listing was (re)started (ms, performance.now()). */
   listCachedAt: number | null;
+  /**
+   * The generation of the attributes the kernel was last given for this inode (null: a directory, or
+   * none given since the last invalidation): what the kernel may show until its attribute timeout.
+   */
+  toldGeneration: string | null;
+  /** What the kernel was last told this inode is (null: nothing since the last invalidation). */
+  toldKind: 'file' | 'dir' | null;
+  /** When the kernel was last given this name's entry (a lookup or READDIRPLUS; performance.now()). */
+  entryToldAt: number;
 }
 
 /**
@@ -18,12 +27,14 @@ interface Node {
  * generation pinning in HandleTable expects; the number goes once the kernel has forgotten it all.
  */
 export class InodeTable {
-  private readonly byIno = new Map<number, Node>();
-  private readonly byPath = new Map<string, Node>();
+  private readonly byIno = new Map<number, InodeNode>();
+  private readonly byPath = new Map<string, InodeNode>();
+  /** The inodes the kernel holds in each folder, by the folder's path: what a new listing is checked against. */
+  private readonly byFolder = new Map<string, Set<InodeNode>>();
   private next = ROOT_INO + 1;
 
   constructor() {
-    const root: Node = { ino: ROOT_INO, path: '/', lookups: Number.POSITIVE_INFINITY, cachedGeneration: null, listCachedAt: null };
+    const root: InodeNode = { ino: ROOT_INO, path: '/', lookups: Number.POSITIVE_INFINITY, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
     this.byIno.set(ROOT_INO, root);
     this.byPath.set('/', root);
   }
@@ -33,8 +44,13 @@ export class InodeTable {
     return this.byIno.get(ino)?.path;
   }
 
-  node(ino: number): Node | undefined {
+  node(ino: number): InodeNode | undefined {
     return this.byIno.get(ino);
+  }
+
+  /** The inode of a path the kernel holds. */
+  at(path: string): InodeNode | undefined {
+    return this.byPath.get(path);
   }
 
   /** The inode a path already has, if the kernel holds one. */
@@ -44,14 +60,23 @@ export class InodeTable {
 
   /** One more lookup of `path` held by the kernel; its inode number. */
   lookedUp(path: string): number {
+    return this.hold(path).ino;
+  }
+
+  /** One more lookup of `path` held by the kernel; its inode. */
+  hold(path: string): InodeNode {
     let node = this.byPath.get(path);
     if (!node) {
-      node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null };
+      node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
       this.byIno.set(node.ino, node);
       this.byPath.set(path, node);
+      const folder = parentPath(path);
+      let set = this.byFolder.get(folder);
+      if (!set) this.byFolder.set(folder, (set = new Set()));
+      set.add(node);
     }
     node.lookups++;
-    return node.ino;
+    return node;
   }
 
   /** The kernel dropped `count` lookups of `ino`. */
@@ -62,11 +87,29 @@ export class InodeTable {
     if (node.lookups > 0) return;
     this.byIno.delete(ino);
     if (this.byPath.get(node.path) === node) this.byPath.delete(node.path);
+    const folder = parentPath(node.path);
+    const set = this.byFolder.get(folder);
+    if (set?.delete(node) && set.size === 0) this.byFolder.delete(folder);
+  }
+
+  /** The inodes the kernel holds in the folder at `path`. */
+  childrenOf(path: string): ReadonlySet<InodeNode> | undefined {
+    return this.byFolder.get(path);
   }
 
   get size(): number {
     return this.byIno.size;
   }
+}
+
+/** The mount path of the folder holding `path` ('/' for the root's entries). */
+export function parentPath(path: string): string {
+  return path.slice(0, path.lastIndexOf('/')) || '/';
+}
+
+/** The last component of a mount path. */
+export function baseName(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1);
 }
 
 /** The mount path of `name` in the folder at `parent`. */

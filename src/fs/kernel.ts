@@ -29,6 +29,9 @@ export const OP = {
   READDIR: 8,
   RELEASEDIR: 9,
   STATFS: 10,
+  READDIRPLUS: 11,
+  /** Not a request: the kernel has dropped inode `ino`'s attributes and pages (after invalidateInode). */
+  INVALIDATED: 12,
   EXITED: 100,
 } as const;
 
@@ -84,6 +87,22 @@ export interface FuseAddon {
   replyBuf(req: FuseRequest, data: Buffer, length: number): void;
   /** Sends entries from index `start` that fit in `size` bytes (entry i has offset i + 1); returns how many. */
   replyDir(req: FuseRequest, names: readonly string[], inos: readonly number[], isDir: readonly boolean[], start: number, size: number): number;
+  /**
+   * READDIRPLUS: sends the entries that fit in `size` bytes, names[i] at listing offset start + i + 1
+   * with attributes attrs[7i .. 7i + 6] (an Attr each). Returns how many were sent, or -errno when the
+   * kernel did not take the reply. The kernel holds one lookup of each inode it was sent, but for "."
+   * and "..", and entries whose ino is negated: those go with their name, type and inode number only
+   * (the kernel keeps the entry and attributes it holds).
+   */
+  replyDirPlus(req: FuseRequest, names: readonly string[], attrs: Float64Array, start: number, size: number, entryTimeoutSec: number, attrTimeoutSec: number): number;
+  /**
+   * Queues dropping the kernel's attributes and pages of inode `ino` (OP.INVALIDATED follows once the
+   * kernel has); returns at once, false when the session has ended. A thread of the addon's sends it: the
+   * kernel may wait in it for requests only the JavaScript thread answers.
+   */
+  invalidateInode(session: SessionHandle, ino: number): boolean;
+  /** Queues dropping the kernel's entry for `name` in the folder `parentIno`; as invalidateInode. */
+  invalidateEntry(session: SessionHandle, parentIno: number, name: string): boolean;
   /** [bsize, frsize, blocks, bfree, bavail, files, ffree, favail, fsid, flag, namemax] */
   replyStatfs(req: FuseRequest, values: number[]): void;
 

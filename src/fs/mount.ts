@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { promisify } from 'node:util';
 import type { Logger } from '../observe/logger.js';
-import { OP, type FuseAddon, type RequestListener } from './kernel.js';
+import { OP, type FuseAddon, type RequestListener, type SessionHandle } from './kernel.js';
 import { canonicalMountPoint } from '../observe/runtime-dir.js';
 
 const run = promisify(execFile);
@@ -89,6 +89,8 @@ export class FuseMount {
     readonly path: string,
     /** Resolves when the kernel connection has ended (unmounted from anywhere, or aborted). */
     readonly ended: Promise<void>,
+    /** The addon's session: for notifications to the kernel (invalidations). */
+    readonly session: SessionHandle,
   ) {
     void ended.then(() => {
       if (!this.unmounting && this.onGone) {
@@ -111,8 +113,9 @@ export class FuseMount {
       if (op === OP.EXITED) exited();
       else onRequest(op, req, ino, a, b, c, name, reason);
     };
+    let session: SessionHandle;
     try {
-      fuse.mount(path, ['-o', options.join(',')], listener, {
+      session = fuse.mount(path, ['-o', options.join(',')], listener, {
         maxBackground: k.maxBackground,
         congestionThreshold: Math.max(1, Math.floor((k.maxBackground * 3) / 4)),
         parallelDirops: true,
@@ -120,7 +123,7 @@ export class FuseMount {
     } catch (err) {
       throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);
     }
-    return new FuseMount(path, ended);
+    return new FuseMount(path, ended, session);
   }
 
   /** Calls `onGone` once if the mount disappears under us (fusermount -u, umount, or an abort). */

@@ -11,8 +11,10 @@ import type { Prefetcher } from '../prefetch/prefetcher.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
-import { childPath, InodeTable, ROOT_INO } from './inodes.js';
+import { childPath, InodeTable, ROOT_INO, type InodeNode } from './inodes.js';
+import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
+import type { ListingRun } from '../namespace/listing.js';
 import type { NativeReads } from './native-reads.js';
 
 export interface KernelTimeouts {
@@ -71,10 +73,24 @@ const O_ACCMODE = 3;
 const POOLED_BUFFER_BYTES = 1024 * 1024;
 const MAX_POOLED_BUFFERS = 64;
 
+/**
+ * The least a READDIRPLUS entry takes: its header (fuse_entry_out and fuse_dirent, 152 bytes) and a
+ * one-byte name, 8-byte aligned. No more entries than size / this fit in a reply.
+ */
+const MIN_DIRENTPLUS_BYTES = 160;
+
+/** File type bits, for an entry sent without attributes (its d_type). */
+const S_IFREG = 0o100000;
+const S_IFDIR = 0o040000;
+
 /** The folder listing one open directory handle reads, taken when its first readdir asks. */
 interface DirHandle {
   ino: number;
-  listing: { names: string[]; inos: number[]; isDir: boolean[] } | null;
+  /**
+   * Entries 0 and 1 are "." and ".."; entry i's metadata is row rows[i] of runs[i] (null for those two),
+   * `prefix` the folder's object prefix.
+   */
+  listing: { names: string[]; inos: number[]; isDir: boolean[]; runs: (ListingRun | null)[]; rows: number[]; prefix: string } | null;
   pending: Promise<DirHandle['listing']> | null;
 }
 
@@ -130,6 +146,13 @@ class Answer {
     this.done(false);
   }
 
+  /** How many entries the kernel took (0 when it took no reply: the request was interrupted). */
+  dirPlus(names: readonly string[], attrs: Float64Array, start: number, size: number, entrySec: number, attrSec: number): number {
+    const sent = this.fuse.replyDirPlus(this.req, names, attrs, start, size, entrySec, attrSec);
+    this.done(false);
+    return Math.max(0, sent);
+  }
+
   statfs(values: number[]): void {
     this.fuse.replyStatfs(this.req, values);
     this.done(false);
@@ -149,6 +172,8 @@ export interface Operations {
   onRequest: RequestListener;
   handles: HandleTable;
   inodes: InodeTable;
+  /** Invalidates the kernel's caches as the namespace learns of changes; attach() it to the session once mounted. */
+  kernelCache: KernelCache;
 }
 
 /** FUSE operations for a read-only mount over libfuse3's inode API. */
@@ -162,6 +187,9 @@ export function createOperations(deps: OperationDeps): Operations {
   let nextDir = 1;
   const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
+  metrics.setGauge('kernel_inodes', () => inodes.size - 1);
+  const kernelCache = new KernelCache(fuse, inodes, handles, metrics);
+  namespace.observe(kernelCache);
 
   const fail = (a: Answer, path: string, err: unknown, errno: number): void => {
     metrics.inc('fuse_errors');
@@ -174,8 +202,25 @@ export function createOperations(deps: OperationDeps): Operations {
    * attribute timeout, so the next open must read the generation it belongs to.
    */
   const fileAttributes = (ino: number, path: string, meta: ObjectMeta): Attr => {
-    handles.reportedToKernel(path, meta);
+    told(ino, path, { kind: 'file', meta });
     return statFor(ino, { kind: 'file', meta }, deps.attributes);
+  };
+
+  /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
+  const told = (ino: number, path: string, entry: Entry, node = inodes.node(ino)): void => {
+    if (node) {
+      node.toldKind = entry.kind;
+      node.toldGeneration = entry.kind === 'file' ? entry.meta.generation : null;
+    }
+    if (entry.kind === 'file') handles.reportedToKernel(path, entry.meta);
+  };
+
+  /** The attributes the kernel gets for `path` as inode `ino`: an open file's pinned generation wins. */
+  const shown = (ino: number, path: string, entry: Entry): Attr => {
+    const pinned = entry.kind === 'file' ? handles.pinned(path) : undefined;
+    if (pinned) return fileAttributes(ino, path, pinned);
+    told(ino, path, entry);
+    return statFor(ino, entry, deps.attributes);
   };
 
   /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
@@ -183,7 +228,7 @@ export function createOperations(deps: OperationDeps): Operations {
     namespace.lookup(path).then((entry) => {
       if (!entry) return null;
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-      return entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      return shown(ino, path, entry);
     });
 
   const lookup = (a: Answer, parent: number, name: string): void => {
@@ -198,9 +243,10 @@ export function createOperations(deps: OperationDeps): Operations {
       }
       const ino = inodes.lookedUp(path);
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
-      const attr = entry.kind === 'file' ? fileAttributes(ino, path, handles.pinned(path) ?? entry.meta) : statFor(ino, entry, deps.attributes);
+      const attr = shown(ino, path, entry);
       // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
       if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
+      else inodes.node(ino)!.entryToldAt = performance.now();
     };
     const pinned = handles.pinned(path);
     if (pinned) return answer({ kind: 'file', meta: pinned });
@@ -352,13 +398,17 @@ export function createOperations(deps: OperationDeps): Operations {
       const names = ['.', '..'];
       const inos = [d.ino, parent];
       const isDir = [true, true];
-      listing.forEachName((name, dir) => {
+      const runs: (ListingRun | null)[] = [null, null];
+      const rows = [0, 0];
+      listing.forEachRow((name, dir, run, i) => {
         names.push(name);
         // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
         isDir.push(dir);
+        runs.push(run);
+        rows.push(i);
       });
-      d.listing = { names, inos, isDir };
+      d.listing = { names, inos, isDir, runs, rows, prefix: listing.prefix };
       return d.listing;
     });
     return d.pending;
@@ -379,6 +429,77 @@ export function createOperations(deps: OperationDeps): Operations {
     );
   };
 
+  /**
+   * READDIRPLUS: entries with their attributes, from the listing (which has each object's size, mtime
+   * and generation), so that a stat after it needs no LOOKUP. The kernel holds one lookup of each entry
+   * it takes (FORGET gives them back), "." and ".." excepted; entries that did not fit hold none. A name
+   * whose entry the kernel was given within the first half of its timeout, of the same generation, goes
+   * bare (no attributes, no lookup): a second `ls` of a large folder then costs the kernel and us
+   * next to nothing per name, and a listing in the second half still renews the entries.
+   */
+  const readdirplus = (a: Answer, fh: number, offset: number, size: number): void => {
+    const d = dirs.get(fh);
+    if (!d) return a.error(Errno.EBADF);
+    const path = inodes.path(d.ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    const reply = (l: NonNullable<DirHandle['listing']>): void => {
+      const n = Math.max(0, Math.min(l.names.length - offset, Math.floor(size / MIN_DIRENTPLUS_BYTES)));
+      const names = l.names.slice(offset, offset + n);
+      const attrs = new Float64Array(7 * n);
+      const entries: (Entry | null)[] = [];
+      const held: InodeNode[] = [];
+      const paths: string[] = [];
+      const now = performance.now();
+      const freshFor = timeouts.entrySec * 500;
+      for (let i = 0; i < n; i++) {
+        const at = offset + i;
+        const run = l.runs[at];
+        if (!run) {
+          attrs.set(statFor(l.inos[at]!, { kind: 'dir', mtimeMs: null }, deps.attributes), 7 * i);
+          entries.push(null);
+          continue;
+        }
+        const child = childPath(path, names[i]!);
+        const row = l.rows[at]!;
+        const dir = l.isDir[at]!;
+        const pinned = dir ? undefined : handles.pinned(child);
+        const node = inodes.at(child);
+        if (!pinned && node && node.lookups > 0 && now - node.entryToldAt < freshFor && node.toldKind === (dir ? 'dir' : 'file') && (dir || node.toldGeneration === run.generation(row))) {
+          attrs[7 * i] = -node.ino;
+          attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
+          entries.push(null);
+          continue;
+        }
+        const entry: Entry = dir ? { kind: 'dir', mtimeMs: null } : { kind: 'file', meta: pinned ?? run.meta(row, l.prefix) };
+        const holder = inodes.hold(child);
+        attrs.set(statFor(holder.ino, entry, deps.attributes), 7 * i);
+        entries.push(entry);
+        held[i] = holder;
+        paths[i] = child;
+      }
+      const sent = a.dirPlus(names, attrs, offset, size, timeouts.entrySec, timeouts.attrSec);
+      for (let i = 0; i < n; i++) {
+        const entry = entries[i];
+        if (!entry) continue;
+        const node = held[i]!;
+        if (i >= sent) {
+          inodes.forget(node.ino, 1); // not sent: the kernel holds no lookup of it
+          continue;
+        }
+        told(node.ino, paths[i]!, entry, node);
+        node.entryToldAt = now;
+      }
+    };
+    if (d.listing) return reply(d.listing);
+    listingOf(d, path).then(
+      (listing) => reply(listing!),
+      (err) => {
+        d.pending = null;
+        fail(a, path, err, errnoFor(err));
+      },
+    );
+  };
+
   const releasedir = (a: Answer, fh: number): void => {
     dirs.delete(fh);
     a.ok();
@@ -386,6 +507,7 @@ export function createOperations(deps: OperationDeps): Operations {
 
   const onRequest: RequestListener = (op, req, ino, x, y, z, name, reason) => {
     if (op === OP.FORGET) return inodes.forget(ino, x);
+    if (op === OP.INVALIDATED) return kernelCache.invalidated(ino);
     if (!req) return;
     try {
       switch (op) {
@@ -403,6 +525,8 @@ export function createOperations(deps: OperationDeps): Operations {
           return opendir(new Answer(fuse, metrics, req, 'opendir'), ino);
         case OP.READDIR:
           return readdir(new Answer(fuse, metrics, req, 'readdir'), x, y, z);
+        case OP.READDIRPLUS:
+          return readdirplus(new Answer(fuse, metrics, req, 'readdirplus'), x, y, z);
         case OP.RELEASEDIR:
           return releasedir(new Answer(fuse, metrics, req, 'releasedir'), x);
         case OP.STATFS:
@@ -421,7 +545,7 @@ export function createOperations(deps: OperationDeps): Operations {
     }
   };
 
-  return { onRequest, handles, inodes };
+  return { onRequest, handles, inodes, kernelCache };
 }
 
 /**

@@ -175,6 +175,12 @@ export class ListingRun {
     return -1;
   }
 
+  /** Entry i's generation (without building its metadata). */
+  generation(i: number): string {
+    const o = this.odd?.get(i);
+    return o ? o.generation : String(this.generations[i]!);
+  }
+
   /** Entry i's object metadata; `prefix` is the folder's object prefix, which completes the name. */
   meta(i: number, prefix: string): ObjectMeta {
     const o = this.odd?.get(i);
@@ -287,6 +293,14 @@ export class Listing {
   /** Each visible name in key order (directories without their '/'), without building entry objects. */
   forEachName(visit: (name: string, isDir: boolean) => void): void {
     this.each((run, i, key) => (run.isDir(i) ? visit(key.slice(0, -1), true) : visit(key, false)));
+  }
+
+  /**
+   * Each visible entry in key order with the run and row that hold it, so that a caller going through
+   * all of them (READDIRPLUS) reads metadata by row rather than looking each name up again.
+   */
+  forEachRow(visit: (name: string, isDir: boolean, run: ListingRun, i: number) => void): void {
+    this.each((run, i, key) => (run.isDir(i) ? visit(key.slice(0, -1), true, run, i) : visit(key, false, run, i)));
   }
 
   /** Names of the sub-directories, in key order. */

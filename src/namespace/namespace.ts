@@ -54,6 +54,14 @@ export interface NamespaceDeps {
   metrics: Metrics;
 }
 
+/** Told what the namespace learns from GCS (the FUSE layer drops what the kernel holds that changed). */
+export interface NamespaceObserver {
+  /** A complete listing of the folder at `path`, fresh from GCS. */
+  listed(path: string, listing: Listing): void;
+  /** A fresh answer for one path from GCS (null: no such path). */
+  resolved(path: string, entry: Entry | null): void;
+}
+
 /** A folder being listed: the entries so far, and which key ranges they answer for. */
 interface FolderJob {
   listing: Listing;
@@ -92,6 +100,7 @@ export class Namespace {
   private readonly workers: ListWorkers;
   private readonly prefetch: MetadataPrefetchConfig;
   private readonly ttl: number;
+  private observer: NamespaceObserver | null = null;
 
   constructor(private readonly deps: NamespaceDeps) {
     this.ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
@@ -103,6 +112,11 @@ export class Namespace {
     deps.metrics.setGauge('meta_listings_in_progress', () => this.jobs.size);
     deps.metrics.setGauge('meta_walks_in_progress', () => this.walks.length);
     deps.metrics.setGauge('meta_list_workers_busy', () => this.workers.inFlight);
+  }
+
+  /** Tells `observer` of every fresh listing and lookup from now on. */
+  observe(observer: NamespaceObserver): void {
+    this.observer = observer;
   }
 
   /**
@@ -137,6 +151,7 @@ export class Namespace {
       this.deps.metrics.inc('meta_misses');
       const entry = await this.resolve(path);
       this.deps.cache.remember(path, entry);
+      this.observer?.resolved(path, entry);
       return entry;
     });
   }
@@ -220,6 +235,7 @@ export class Namespace {
         listing.compact((name) => this.hideConflict(name));
         if (this.jobs.get(path) === job) this.jobs.delete(path);
         if (!this.deps.cache.rememberListing(path, listing)) this.unlistable.set(path, true);
+        this.observer?.listed(path, listing);
       },
       () => {
         if (this.jobs.get(path) === job) this.jobs.delete(path);
@@ -433,6 +449,7 @@ export class Namespace {
       f.listing.compact((name) => this.hideConflict(name));
       const path = rel === '' ? walk.root : walk.root === '/' ? `/${rel}` : `${walk.root}/${rel}`;
       this.deps.cache.rememberListing(path, f.listing);
+      this.observer?.listed(path, f.listing);
       this.deps.metrics.inc('meta_walk_folders');
       if (rel !== '') {
         walk.unread.set(rel, f.listing);
