@@ -9,6 +9,8 @@ const PY = '/usr/bin/python3';
 
 const opCount = (s: MountStats, op: string): number => s.fuseOps[op]?.count ?? 0;
 const PLUS_FILES = 600;
+/** One past READDIRPLUS_MAX_ENTRIES (src/fs/operations.ts): a folder listed bare. */
+const HUGE_FILES = 10_001;
 
 /** The most requests of one kind the emulator was answering at the same moment. */
 function peakOverlap(log: { kind: string; startMs: number; endMs: number }[], kind: string): number {
@@ -29,6 +31,7 @@ describe('the libfuse3 layer', () => {
     for (let i = 0; i < 100; i++) chunks[`array/c.${i}`] = bytes(1000 + i, i);
     for (let i = 0; i < PLUS_FILES; i++) chunks[`plus/f.${i}`] = bytes(i % 97, i);
     chunks['plus/sub/x'] = Buffer.from('x');
+    for (let i = 0; i < HUGE_FILES; i++) chunks[`huge/c.${i}`] = '';
     await writeObjects(tb.root, tb.bucket, { ...chunks, 'big/seq.bin': bytes(64 * MIB, 7), 'listed/a': 'a', 'listed/b': 'b', 'listed/sub/c': 'c' });
   });
 
@@ -191,6 +194,27 @@ describe('the libfuse3 layer', () => {
         await fsp.writeFile('/proc/sys/vm/drop_caches', '2');
         await eventually(async () => ((await mountStats(m.path)).gauges.kernel_inodes ?? -1) === 0, 10_000);
       }
+    } finally {
+      await unmount(m.path);
+    }
+  });
+
+  it('lists a folder of more than 10,000 names bare: ls -f makes the kernel hold no inode per name', async () => {
+    const m = await mount({ tb });
+    try {
+      const dir = join(m.path, 'huge');
+      const before = await mountStats(m.path);
+      const ls = await run('ls', ['-f', dir]);
+      expect(ls.code, ls.stderr).toBe(0);
+      expect(ls.stdout.trim().split('\n').length).toBe(HUGE_FILES + 2);
+      const after = await mountStats(m.path);
+      expect(opCount(after, 'readdirplus') - opCount(before, 'readdirplus')).toBeGreaterThan(0);
+      // The folder itself and nothing per name (full entries would hold 10,001 inodes).
+      expect(after.gauges.kernel_inodes! - before.gauges.kernel_inodes!).toBeLessThanOrEqual(2);
+      // A stat after it is a LOOKUP, and right.
+      const st = await run('stat', ['-c', '%s %F', join(dir, 'c.7')]);
+      expect(st.stdout.trim()).toBe('0 regular empty file');
+      expect(opCount(await mountStats(m.path), 'lookup') - opCount(after, 'lookup')).toBe(1);
     } finally {
       await unmount(m.path);
     }
