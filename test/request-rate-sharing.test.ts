@@ -146,7 +146,7 @@ const inBand = (r: SharingSim): boolean => r.shares.every((x) => x >= 0.28 && x 
  * The smallest share of any run: 0.25 / 0.19 / 0.16 before, 0.18 / 0.21 / 0.23 after (readers
  * starting together, seed 15: a daemon at 10/s drew 429s on a fifth of its requests for ten seconds
  * while the others, at 23 and 27/s, drew them on a twentieth: the bucket's refills go to whoever asks
- * as a token completes, and a paced daemon's phase can stay unlucky).
+ * first once a token completes, and a paced daemon's phase can stay unlucky).
  */
 describe('request rate: daemons sharing one bucket', () => {
   it('three daemons starting together get about a third each, and the limit over the whole run, with few 429s', async () => {
