@@ -112,12 +112,14 @@ describe('request rate: AIMD', () => {
     expect(r.rate).toBe(1);
     await clock.advance(395); // t = 1510: four steps
     expect(r.rate).toBe(16);
-    // The 429 that ends it halves the rate its token was granted at; a late one of the same overload does not cut.
+    // The 429 that ends it halves what was sent over the last 300 ms (4/s, 8/s and 16/s steps: less
+    // than the rate its token was granted at); a late one of the same overload does not cut.
     const over = await granted(r, clock);
     const late = await granted(r, clock);
     expect(r.throttled(over, null)).toBe(true);
-    expect(r.rate).toBe(over.rate / 2);
     expect(over.rate).toBeGreaterThanOrEqual(16);
+    expect(r.rate).toBeLessThan(over.rate / 2);
+    expect(r.rate).toBeGreaterThan(over.rate / 4);
     expect(r.throttled(late, null)).toBe(false);
     stop = true;
     await clock.advance(2_000);
@@ -164,6 +166,27 @@ describe('request rate: AIMD', () => {
     }
     expect(r.rate).toBeGreaterThanOrEqual(8);
     expect(r.rate).toBeLessThanOrEqual(2 * 80); // the most a step can have seen: 10 tokens in 125 ms
+  });
+
+  it('ends a slow start at half of what it sent over its last 300 ms, not half its nominal rate', async () => {
+    const clock = new FakeClock();
+    clock.t = 1_010;
+    const r = limiter(clock, { initial: 1000 });
+    r.throttled(await granted(r, clock), null); // to the floor: the slow start
+    // A reader asking every 50 ms: 20/s, while the steps double the rate past it.
+    let last: RateGrant | null = null;
+    for (let i = 0; i < 60; i++) {
+      void r.acquire().then((g) => {
+        last = g;
+        r.succeeded(g);
+      });
+      await clock.advance(50);
+    }
+    expect(r.rate).toBeGreaterThanOrEqual(32);
+    expect(r.throttled(last!, null)).toBe(true);
+    // Half of the 20/s it sent (half its nominal rate would be 16/s or more).
+    expect(r.rate).toBeGreaterThan(8);
+    expect(r.rate).toBeLessThan(12);
   });
 
   it('then cuts to a fraction of its own rate once per overload; below that rate it adds one step a second, beyond it the step doubles', async () => {

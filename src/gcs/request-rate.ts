@@ -5,9 +5,10 @@
  * already 33 requests/s; several daemons sharing a bucket capped at a few dozen requests/s need a rate.
  * The rate is AIMD. It starts at the ceiling (below). The first 429 sets it to the floor `min`, and it
  * slow-starts: it doubles at every multiple of `slowStartStepMs` of the wall clock while requests wait
- * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate that
- * request was granted at. (A first 429 after a whole second of accepted requests goes straight to
- * half the rate accepted over that second.) From then on a 429 cuts it to `decreaseFactor` times its
+ * for tokens (to at most twice what was granted in the step), until the next 429 halves the rate it
+ * sent at (granted over its last 300 ms, at most the rate that request was granted at). (A first 429
+ * after a whole second of accepted requests goes straight to half the rate accepted over that
+ * second.) From then on a 429 cuts it to `decreaseFactor` times its
  * own rate, and it grows in every second in which requests waited for tokens and none was throttled:
  * by `increasePerSecond` while it is below its plateau (the rate the last 429 came at: where the
  * bucket said no last time), and beyond the plateau by a step that doubles with each such second
@@ -33,18 +34,30 @@
  * a fraction of a second gave, which is luck; daemons on other machines slow-start on the same
  * wall-clock steps, so they hold the same rate until the slow start ends); cuts are from the daemon's
  * own rate, not from what GCS accepted (a daemon whose readers were backing off after 429s had
- * accepted less and was cut deeper each time); and the steps are small (x0.9, +1.5/s), since each 429
+ * accepted less and was cut deeper each time); the slow start ends at half of what was sent, not of
+ * the nominal rate (below); and the steps are small (x0.9, +2/s), since each 429
  * reaches one daemon, chosen by chance, and large steps let that chance decide the shares. The slow
  * start's steps are an eighth of a second: the climb from the floor to the bucket's limit (five or six
  * doublings) is time the bucket is mostly idle, a tenth of a 15 s job at quarter-second steps.
  *
  * What does not converge fast: AIMD evens out rates with a time constant of about (rate / step)
- * seconds, some 10 s at 20/s and +1.5/s (larger steps and deeper cuts converge faster per cut but cost
- * more 429s and a deeper sawtooth, so no faster per 429), and the slow start ends at a rate chosen by
- * the step in which each daemon's 429 came, which can differ by a doubling. Shares of a 15 s job
- * therefore still vary from run to run (the simulation in test/request-rate-sharing.test.ts bounds
- * them); what the plateau does is make the unevenness cheap: the daemons left when one finishes grow
- * into its rate within seconds.
+ * seconds, some 10 s at 20/s and +2/s (larger steps and deeper cuts converge faster per cut but cost
+ * more 429s and a deeper sawtooth, so no faster per 429: in the simulation x0.8 with +3/s and x0.7
+ * with +4.5/s gave shares less even than x0.9 with +1.5/s). So the start decides much of a short
+ * job's shares. It ended at half the nominal rate of the request the 429 answered; but the bucket's
+ * burst holds the first 429s off for a step or two, the daemons' rates are equal at each step, and
+ * which daemon's 429 came first was chance: a daemon answered one step late kept twice the others'
+ * rate, and a daemon whose readers could not use the doublings ended at several times what it could
+ * send. Half of what was sent over the last 300 ms is about the same for every daemon at the
+ * overload; in the simulation it took the runs with every share within 0.28-0.39 from 50 to 73 of 96
+ * (readers of 130-330 ms starting up to 0.3 s apart, as in the benchmark), with fewer 429s (3.9% ->
+ * 3.2%), which paid for the +2/s steps (from +1.5/s: 73 -> 88 of 96 with readers starting together).
+ * Tried and not kept, as the simulation's shares got less even: grants jittered around the rate (a
+ * random cost per token, so that no daemon's phase keeps winning the bucket's refills), a random
+ * phase after a cut, and at most one cut per daemon in each 250 ms-1 s (more 429s, too: an overload
+ * lasts until enough cuts have come). Shares of a 15 s job still vary from run to run (the simulation
+ * in test/request-rate-sharing.test.ts bounds them); what the plateau does is make the unevenness
+ * cheap: the daemons left when one finishes grow into its rate within seconds.
  *
  * The rate never exceeds the ceiling, which follows GCS's request-rate guidelines (a bucket starts at
  * about 5,000 reads/s and should be ramped by doubling no faster than every 20 minutes): `initial`,
@@ -91,7 +104,7 @@ export interface RequestRateConfig {
 export const DEFAULT_REQUEST_RATE: Omit<RequestRateConfig, 'initial' | 'max'> = {
   rampDoublingMs: 20 * 60_000,
   min: 1,
-  increasePerSecond: 1.5,
+  increasePerSecond: 2,
   decreaseFactor: 0.9,
   slowStartStepMs: 125,
   slowStartGrowth: 2,
@@ -121,6 +134,8 @@ const WINDOW_SLOTS = 10;
 const UNUSED_RATE_FACTOR = 3;
 /** Grants a slow-start step must allow before what was used in it can gate the next step. */
 const MEASURABLE_GRANTS = 4;
+/** The slow start ends at half what was granted over this many 100 ms slots (about two and a half steps). */
+const SLOW_START_END_SLOTS = 3;
 /** Growth after the slow start takes the rate to at most this many times what was accepted over the last second. */
 const GROWTH_USE_FACTOR = 2;
 
@@ -139,6 +154,8 @@ export class RequestRate {
   private cancelTimer: (() => void) | null = null;
   /** Accepted requests per 100 ms slot over the last second (a ring). */
   private readonly accepted = new Array<number>(WINDOW_SLOTS).fill(0);
+  /** Requests granted per 100 ms slot, in the same ring. */
+  private readonly sent = new Array<number>(WINDOW_SLOTS).fill(0);
   private slotStart: number;
   private slot = 0;
   /** When requests started flowing after a quiet second: the accepted rate means something a second later. */
@@ -250,8 +267,11 @@ export class RequestRate {
       this.slowStartStep = this.currentStep();
       this.stepGrants = 0;
     } else if (this.slowStarting) {
-      // Doubling overshoots by up to one doubling: back to half the rate this overload was sent at.
-      this.plateau = Math.min(grant.rate, this.rate);
+      // Doubling overshoots by up to one doubling: back to half the rate this overload was sent at,
+      // as sent over the last 300 ms, not the nominal rate: which daemon's 429 comes a step late is
+      // chance, and readers may not use the doublings (a slow start that grew to 112/s while it sent
+      // 32/s, in the simulation); what was sent is about the same for every daemon at the overload.
+      this.plateau = Math.min(grant.rate, this.rate, this.sentRate(t, SLOW_START_END_SLOTS) ?? Number.POSITIVE_INFINITY);
       this.rateValue = Math.max(this.cfg.min, this.cfg.slowStartDecreaseFactor * this.plateau);
       this.slowStarting = false;
     } else {
@@ -282,6 +302,19 @@ export class RequestRate {
     return Math.max(this.cfg.min, (this.accepted.reduce((a, b) => a + b, 0) * 1000) / Math.max(WINDOW_SLOT_MS, covered));
   }
 
+  /**
+   * Requests/s granted over the last `slots` slots of the ring, the current, partial one included;
+   * null below a few grants (a 429 answered late, after the requests had stopped, would measure an
+   * empty window and end the slow start at the floor).
+   */
+  private sentRate(t: number, slots: number): number | null {
+    this.rollWindow();
+    let n = 0;
+    for (let i = 0; i < slots; i++) n += this.sent[(this.slot - i + WINDOW_SLOTS) % WINDOW_SLOTS]!;
+    if (n < MEASURABLE_GRANTS) return null;
+    return (n * 1000) / Math.max(WINDOW_SLOT_MS, (slots - 1) * WINDOW_SLOT_MS + (t - this.slotStart));
+  }
+
   private currentStep(): number {
     return Math.floor(this.wallNow() / this.cfg.slowStartStepMs);
   }
@@ -289,6 +322,8 @@ export class RequestRate {
   private granted(t: number): void {
     this.grants++;
     this.stepGrants++;
+    this.rollWindow();
+    this.sent[this.slot]!++;
     if (t - this.lastGrantAt > WINDOW_SLOT_MS * WINDOW_SLOTS) this.activeSince = t;
     this.lastGrantAt = t;
   }
@@ -369,9 +404,11 @@ export class RequestRate {
       this.slotStart += WINDOW_SLOT_MS;
       this.slot = (this.slot + 1) % WINDOW_SLOTS;
       this.accepted[this.slot] = 0;
+      this.sent[this.slot] = 0;
       // After a long idle, skip ahead instead of looping slot by slot.
       if (t - this.slotStart > WINDOW_SLOT_MS * WINDOW_SLOTS) {
         this.accepted.fill(0);
+        this.sent.fill(0);
         this.slotStart = t;
       }
     }
