@@ -31,7 +31,7 @@ describe('the libfuse3 layer', () => {
     for (let i = 0; i < 100; i++) chunks[`array/c.${i}`] = bytes(1000 + i, i);
     for (let i = 0; i < PLUS_FILES; i++) chunks[`plus/f.${i}`] = bytes(i % 97, i);
     chunks['plus/sub/x'] = Buffer.from('x');
-    for (let i = 0; i < HUGE_FILES; i++) chunks[`huge/c.${i}`] = '';
+    for (let i = 0; i < HUGE_FILES; i++) chunks[`huge/c.${i}`] = Buffer.alloc(0);
     await writeObjects(tb.root, tb.bucket, { ...chunks, 'big/seq.bin': bytes(64 * MIB, 7), 'listed/a': 'a', 'listed/b': 'b', 'listed/sub/c': 'c' });
   });
 
