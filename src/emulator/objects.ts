@@ -1,5 +1,4 @@
 // JSON routes: bucket metadata, bucket list, objects.list, object metadata, object delete.
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import { checkRead, checkWrite, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
 import { selects, type FieldTree } from './fields.js';
@@ -7,9 +6,6 @@ import { hashHandle, type Hashes } from './hashes.js';
 import { ListQueryError, listPage, parseListQuery } from './list.js';
 import { bucketResource, objectResource } from './resources.js';
 import type { OpenedObject, StoredObject } from './store.js';
-
-/** Entries described between turns of the event loop (see mapLimit). */
-const YIELD_EVERY = 100;
 
 const EMPTY_HASHES: Hashes = { crc32c: 'AAAAAA==', md5Hash: '1B2M2Y8AsgTpgAmY7PhCfg==' };
 
@@ -141,28 +137,13 @@ async function describe(
   }
 }
 
-/**
- * Runs `fn` over `items`, `limit` at a time, and lets the event loop turn every YIELD_EVERY items: a
- * page of 1,000 entries is ~15 ms of this single thread, and a lookup's one-name listing that arrives
- * meanwhile should wait for a slice of it, not all of it, as it would on GCS's many servers.
- */
 async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
   const out = new Array<R>(items.length);
   let next = 0;
-  let sinceTurn = 0;
-  // Every worker waits for the same turn; one parking alone would leave the others running on.
-  let turn: Promise<void> | null = null;
   const worker = async (): Promise<void> => {
     while (next < items.length) {
       const i = next++;
       out[i] = await fn(items[i]!);
-      if (++sinceTurn >= YIELD_EVERY && turn === null) {
-        turn = nextTurn().then(() => {
-          turn = null;
-          sinceTurn = 0;
-        });
-      }
-      if (turn !== null) await turn;
     }
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
