@@ -133,8 +133,10 @@ export async function fuseCeilingScenario(): Promise<string> {
 
     const rows: string[] = [];
     const modes = MODES.filter((m) => (m.layer === 'libfuse2' ? OLD_LAYER_DIR : m.layer.startsWith('c-') ? c.binary : true));
-    for (const mode of modes) {
-      const mnt = join(dir, 'mnt');
+    for (const [i, mode] of modes.entries()) {
+      // A mountpoint of its own per server: a mount still going away at a shared path would be found
+      // first in mountinfo, and the next server's read_ahead_kb written to its device instead.
+      const mnt = join(dir, `mnt-${i}`);
       await fsp.mkdir(mnt, { recursive: true });
       const server = await startServer(mnt, mode, c.binary);
       try {
