@@ -1,4 +1,4 @@
-import { createRequire } from 'node:module';
+import { optionalAddon } from './native-addon.js';
 
 /**
  * What the addon (native/gcsmount_fuse.c) does for the memory of block buffers. Huge pages: GCS
@@ -13,13 +13,8 @@ interface MemoryAddon {
 }
 
 function load(): MemoryAddon | null {
-  try {
-    const addon = createRequire(import.meta.url)('../native/build/Release/gcsmount_fuse.node') as Partial<MemoryAddon>;
-    if (typeof addon.adviseHugePages === 'function' && typeof addon.discardMemory === 'function') return addon as MemoryAddon;
-  } catch {
-    // nothing to do, below
-  }
-  return null;
+  const native = optionalAddon() as Partial<MemoryAddon>;
+  return typeof native.adviseHugePages === 'function' && typeof native.discardMemory === 'function' ? (native as MemoryAddon) : null;
 }
 
 const addon = load();

@@ -1,5 +1,5 @@
 import { crc32c as portableCrc32c } from '@node-rs/crc32';
-import { createRequire } from 'node:module';
+import { optionalAddon } from './native-addon.js';
 
 type Crc32c = (data: Buffer, crc?: number) => number;
 
@@ -10,13 +10,8 @@ type Crc32c = (data: Buffer, crc?: number) => number;
  * cannot load (no libfuse3: `gcsmount cache verify` on another machine, say), @node-rs/crc32.
  */
 function load(): Crc32c {
-  try {
-    const addon = createRequire(import.meta.url)('../native/build/Release/gcsmount_fuse.node') as { crc32c?: unknown };
-    if (typeof addon.crc32c === 'function') return addon.crc32c as Crc32c;
-  } catch {
-    // the portable one below
-  }
-  return portableCrc32c;
+  const native = optionalAddon().crc32c;
+  return typeof native === 'function' ? (native as Crc32c) : portableCrc32c;
 }
 
 export const crc32c: Crc32c = load();

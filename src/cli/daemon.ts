@@ -20,8 +20,9 @@ export function reportToParent(msg: DaemonMessage): void {
  * heap (about 22 MB) that limit left room for some 20 MB: a cold read ran a full GC every 20-30 MB
  * (measured: 35-50 per GiB, half the daemon's JavaScript CPU). A floor of 128 MB under the limit leaves
  * the scavenges room to free those buffers first (3 full GCs per GiB); a large heap's limit is above it
- * anyway. Not settable at run time, nor through NODE_OPTIONS: the systemd unit gives it to node itself;
- * a `--foreground` started by hand runs without it unless node is given the flag.
+ * anyway. Not settable at run time, nor through NODE_OPTIONS: bin/gcsmount's shebang gives it to every
+ * gcsmount started from there (a `--foreground` daemon, the systemd unit's), and a daemonised child gets
+ * it here whatever started its parent (`node dist/cli/main.js`).
  */
 export const DAEMON_NODE_FLAGS = ['--initial-old-space-size=128'];
 

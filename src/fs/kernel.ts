@@ -1,5 +1,5 @@
 import { accessSync, constants } from 'node:fs';
-import { createRequire } from 'node:module';
+import { requireAddon } from '../native-addon.js';
 import { delimiter, join } from 'node:path';
 
 /**
@@ -133,8 +133,6 @@ export class FuseUnavailableError extends Error {
   override readonly name = 'FuseUnavailableError';
 }
 
-const ADDON_PATH = '../../native/build/Release/gcsmount_fuse.node';
-
 let addon: FuseAddon | null = null;
 
 function onPath(cmd: string): boolean {
@@ -167,7 +165,7 @@ export function loadFuse(): FuseAddon {
   }
   if (process.getuid?.() !== 0 && !onPath('fusermount3')) throw new FuseUnavailableError('fusermount3 is not installed: install the fuse3 package (apt-get install fuse3)');
   try {
-    addon = createRequire(import.meta.url)(ADDON_PATH) as FuseAddon;
+    addon = requireAddon() as FuseAddon;
   } catch (err) {
     const msg = (err as Error).message.split('\n')[0]!;
     if (/libfuse3\.so/.test(msg)) throw new FuseUnavailableError('libfuse3 is not installed: install the fuse3 package (apt-get install fuse3)');
