@@ -422,20 +422,23 @@ export function createOperations(deps: OperationDeps): Operations {
     return d.pending;
   };
 
-  const readdir = (a: Answer, fh: number, offset: number, size: number): void => {
+  /** Runs `reply` with the open folder's listing (taken on its first readdir), or answers the error. */
+  const withListing = (a: Answer, fh: number, reply: (listing: NonNullable<DirHandle['listing']>, path: string) => void): void => {
     const d = dirs.get(fh);
     if (!d) return a.error(Errno.EBADF);
     const path = inodes.path(d.ino);
     if (path === undefined) return a.error(Errno.ESTALE);
-    if (d.listing) return a.dir(d.listing, offset, size);
+    if (d.listing) return reply(d.listing, path);
     listingOf(d, path).then(
-      (listing) => a.dir(listing!, offset, size),
+      (listing) => reply(listing!, path),
       (err) => {
         d.pending = null;
         fail(a, path, err, errnoFor(err));
       },
     );
   };
+
+  const readdir = (a: Answer, fh: number, offset: number, size: number): void => withListing(a, fh, (l) => a.dir(l, offset, size));
 
   /**
    * READDIRPLUS: entries with their attributes, from the listing (which has each object's size, mtime
@@ -445,12 +448,8 @@ export function createOperations(deps: OperationDeps): Operations {
    * bare (no attributes, no lookup): a second `ls` of a large folder then costs the kernel and us
    * next to nothing per name, and a listing in the second half still renews the entries.
    */
-  const readdirplus = (a: Answer, fh: number, offset: number, size: number): void => {
-    const d = dirs.get(fh);
-    if (!d) return a.error(Errno.EBADF);
-    const path = inodes.path(d.ino);
-    if (path === undefined) return a.error(Errno.ESTALE);
-    const reply = (l: NonNullable<DirHandle['listing']>): void => {
+  const readdirplus = (a: Answer, fh: number, offset: number, size: number): void =>
+    withListing(a, fh, (l, path) => {
       const n = Math.max(0, Math.min(l.names.length - offset, Math.floor(size / MIN_DIRENTPLUS_BYTES)));
       const names = l.names.slice(offset, offset + n);
       const attrs = new Float64Array(7 * n);
@@ -460,6 +459,12 @@ export function createOperations(deps: OperationDeps): Operations {
       const now = performance.now();
       const freshFor = timeouts.entrySec * 500;
       const huge = l.names.length - 2 > READDIRPLUS_MAX_ENTRIES;
+      /** Entry i without attributes (the kernel takes no lookup of it): inode `ino`'s name and type. */
+      const bare = (i: number, ino: number, dir: boolean): void => {
+        attrs[7 * i] = -ino;
+        attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
+        entries.push(null);
+      };
       for (let i = 0; i < n; i++) {
         const at = offset + i;
         const run = l.runs[at];
@@ -471,18 +476,14 @@ export function createOperations(deps: OperationDeps): Operations {
         const row = l.rows[at]!;
         const dir = l.isDir[at]!;
         if (huge) {
-          attrs[7 * i] = -l.inos[at]!;
-          attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
-          entries.push(null);
+          bare(i, l.inos[at]!, dir);
           continue;
         }
         const child = childPath(path, names[i]!);
         const pinned = dir ? undefined : handles.pinned(child);
         const node = inodes.at(child);
         if (!pinned && node && node.lookups > 0 && now - node.entryToldAt < freshFor && node.toldKind === (dir ? 'dir' : 'file') && (dir || node.toldGeneration === run.generation(row))) {
-          attrs[7 * i] = -node.ino;
-          attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
-          entries.push(null);
+          bare(i, node.ino, dir);
           continue;
         }
         const entry: Entry = dir ? { kind: 'dir', mtimeMs: null } : { kind: 'file', meta: pinned ?? run.meta(row, l.prefix) };
@@ -504,16 +505,7 @@ export function createOperations(deps: OperationDeps): Operations {
         told(node.ino, paths[i]!, entry, node);
         node.entryToldAt = now;
       }
-    };
-    if (d.listing) return reply(d.listing);
-    listingOf(d, path).then(
-      (listing) => reply(listing!),
-      (err) => {
-        d.pending = null;
-        fail(a, path, err, errnoFor(err));
-      },
-    );
-  };
+    });
 
   const releasedir = (a: Answer, fh: number): void => {
     dirs.delete(fh);
