@@ -828,23 +828,32 @@ static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// adviseHugePages(arrayBuffer): asks for transparent huge pages (MADV_HUGEPAGE) over the 2 MiB-aligned
-// part of the memory; returns the bytes advised (0 where refused). For JavaScript's block buffers, which
-// GCS downloads are copied into, O_DIRECT writes pin and FUSE replies pin and copy from: per 4 KiB page
-// the pinning cost as much as a third of the kernel's time on a cold read, and first touches fault per
-// page (the native path's own memory does the same, block_reads.c).
-#define ADVISE_ALIGN ((uintptr_t)2 << 20)
-static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
+// The whole `align`-aligned span [*from, *to) inside the ArrayBuffer of argument 0, for madvise; false
+// (a TypeError thrown, naming `fn`) when the argument is not an ArrayBuffer.
+static int aligned_span(napi_env env, napi_callback_info info, uintptr_t align, const char *fn, uintptr_t *from, uintptr_t *to) {
   napi_value argv[1];
   args_of(env, info, 1, argv);
   void *data = NULL;
   size_t len = 0;
   if (napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: adviseHugePages wants an ArrayBuffer");
-    return NULL;
+    char msg[96];
+    snprintf(msg, sizeof msg, "gcsmount_fuse: %s wants an ArrayBuffer", fn);
+    napi_throw_type_error(env, NULL, msg);
+    return 0;
   }
-  uintptr_t from = ((uintptr_t)data + ADVISE_ALIGN - 1) & ~(ADVISE_ALIGN - 1);
-  uintptr_t to = ((uintptr_t)data + len) & ~(ADVISE_ALIGN - 1);
+  *from = ((uintptr_t)data + align - 1) & ~(align - 1);
+  *to = ((uintptr_t)data + len) & ~(align - 1);
+  return 1;
+}
+
+// adviseHugePages(arrayBuffer): asks for transparent huge pages (MADV_HUGEPAGE) over the 2 MiB-aligned
+// part of the memory; returns the bytes advised (0 where refused). For JavaScript's block buffers, which
+// GCS downloads are copied into, O_DIRECT writes pin and FUSE replies pin and copy from: per 4 KiB page
+// the pinning cost as much as a third of the kernel's time on a cold read, and first touches fault per
+// page (the native path's own memory does the same, block_reads.c).
+static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
+  uintptr_t from, to;
+  if (!aligned_span(env, info, (uintptr_t)2 << 20, "adviseHugePages", &from, &to)) return NULL;
   double advised = 0;
   if (to > from && madvise((void *)from, to - from, MADV_HUGEPAGE) == 0) advised = (double)(to - from);
   napi_value out;
@@ -855,17 +864,8 @@ static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
 // discardMemory(arrayBuffer): gives its pages back to the system now (MADV_DONTNEED), ahead of the
 // garbage collector; the memory reads as zeros if touched again. For block memory nobody holds.
 static napi_value discard_memory(napi_env env, napi_callback_info info) {
-  napi_value argv[1];
-  args_of(env, info, 1, argv);
-  void *data = NULL;
-  size_t len = 0;
-  if (napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: discardMemory wants an ArrayBuffer");
-    return NULL;
-  }
-  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t from = ((uintptr_t)data + page - 1) & ~(page - 1);
-  uintptr_t to = ((uintptr_t)data + len) & ~(page - 1);
+  uintptr_t from, to;
+  if (!aligned_span(env, info, (uintptr_t)sysconf(_SC_PAGESIZE), "discardMemory", &from, &to)) return NULL;
   napi_value out;
   napi_get_boolean(env, to > from && madvise((void *)from, to - from, MADV_DONTNEED) == 0, &out);
   return out;
