@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { createHash } from 'node:crypto';
 import { constants, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -225,6 +226,64 @@ describe('the layout version', () => {
       expect(tables.map((t) => t.name).sort()).toEqual([BLOCK_TABLE, 'settings']);
     } finally {
       db.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the index commits rows in batches and checkpoints on its own schedule', () => {
+  const row = (i: number) => ({ key: `k${String(i).padStart(31, '0')}`, bucket: 'b', object: `o${i}`, generation: '1', block: 0, size: 1000, crc32c: i, lastAccess: i });
+
+  it('shows a row at once, commits the rows put together in one transaction, and rejects them all if it fails', async () => {
+    const dir = await tempDir('index');
+    const index = BlockIndex.open(join(dir, 'index.sqlite'));
+    try {
+      const put = vi.spyOn(BlockIndex.prototype, 'put');
+      const committed = Promise.all([0, 1, 2].map((i) => index.putSoon(row(i))));
+      // Before the commit: visible to get and has, and nothing written yet.
+      expect(index.get(row(1).key)?.crc32c).toBe(1);
+      expect(index.has(row(2).key)).toBe(true);
+      expect(put).toHaveBeenCalledTimes(0);
+      await committed;
+      expect(put).toHaveBeenCalledTimes(3);
+      expect(index.totals().blocks).toBe(3);
+      // A failing statement takes the whole batch back: none of its rows is in the index.
+      put.mockImplementationOnce(() => undefined).mockImplementationOnce(() => {
+        throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      });
+      const outcomes = await Promise.allSettled([3, 4].map((i) => index.putSoon(row(i))));
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+      expect(index.has(row(3).key) || index.has(row(4).key)).toBe(false);
+      // A row deleted before its commit is settled, not committed.
+      const dropped = index.putSoon(row(5));
+      index.delete([row(5).key]);
+      await dropped;
+      expect(index.has(row(5).key)).toBe(false);
+      expect(index.totals().blocks).toBe(3);
+    } finally {
+      vi.restoreAllMocks();
+      index.close(true);
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("lets the WAL grow past SQLite's thousand-page checkpoint under writes, and checkpoints it once they pause", async () => {
+    const dir = await tempDir('index');
+    const path = join(dir, 'index.sqlite');
+    const index = BlockIndex.open(path);
+    try {
+      // Commits of rows spread over the table's pages, as blocks arrive: SQLite's own checkpoint would
+      // start the WAL over at a thousand pages (4 MiB).
+      const spread = (i: number) => ({ ...row(i), key: createHash('sha256').update(String(i)).digest('hex').slice(0, 32) });
+      for (let b = 0; b < 150; b++) await Promise.all(Array.from({ length: 40 }, (_, j) => index.putSoon(spread(b * 40 + j))));
+      const grown = (await fsp.stat(`${path}-wal`)).size;
+      expect(grown).toBeGreaterThan(1.5 * 1000 * 4096);
+      // Then a second without writes: the checkpoint, truncating the WAL.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect((await fsp.stat(`${path}-wal`)).size).toBe(0);
+      expect(index.totals().blocks).toBe(6000);
+    } finally {
+      index.close(true);
       await fsp.rm(dir, { recursive: true, force: true });
     }
   });

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { chmodSync, closeSync, constants as fsConstants, lstatSync, openSync, renameSync } from 'node:fs';
+import { chmodSync, closeSync, constants as fsConstants, lstatSync, openSync, renameSync, statSync } from 'node:fs';
 
 /** One cached block as the index knows it. `key` also names the block's file. */
 export interface BlockRow {
@@ -48,17 +48,41 @@ const SCHEMA = `
  * write per read. The connection holds an exclusive lock for its whole life: a second daemon (or a
  * `cache clear`) on the same directory is refused, and a SIGKILLed holder releases it with its process.
  */
+/**
+ * SQLite's own checkpoints are off: it runs one on the committing call every thousand WAL pages, and
+ * its fsyncs under a stream of block writes took 0.2-0.9 s (measured, 1 GiB of 1 MiB blocks), all of
+ * it time the event loop, and every FUSE request waiting on it, stood still. The index checkpoints
+ * instead when the WAL has grown this large (a stall every few hundred thousand rows, not every few
+ * hundred), or once the writes have paused for IDLE_CHECKPOINT_MS.
+ */
+const CHECKPOINT_WAL_BYTES = 64 * 2 ** 20;
+const IDLE_CHECKPOINT_MS = 1000;
+
+/** How long a row waits for others to share its transaction: rows of blocks landing together commit once. */
+const PUT_BATCH_MS = 5;
+
+interface PendingPut {
+  row: BlockRow;
+  settled: { resolve: () => void; reject: (err: Error) => void };
+}
+
 export class BlockIndex {
   private readonly db: Database.Database;
   private readonly pendingAccess = new Map<string, number>();
+  /** Rows written by putSoon and not yet committed: visible to get/has at once. */
+  private readonly pendingPuts = new Map<string, PendingPut>();
+  private putTimer: NodeJS.Timeout | null = null;
+  private readonly walPath: string;
+  private idleCheckpoint: NodeJS.Timeout | null = null;
   private readonly stmt;
   /** True when the previous owner did not close cleanly: its files and rows may disagree. */
   readonly wasDirty: boolean;
   /** Set when the index file was unreadable and has been replaced by an empty one. */
   readonly rebuiltFrom: string | null;
 
-  private constructor(db: Database.Database, rebuiltFrom: string | null) {
+  private constructor(db: Database.Database, path: string, rebuiltFrom: string | null) {
     this.db = db;
+    this.walPath = `${path}-wal`;
     this.rebuiltFrom = rebuiltFrom;
     db.exec(SCHEMA);
     this.stmt = {
@@ -88,7 +112,7 @@ export class BlockIndex {
    */
   static open(path: string): BlockIndex {
     try {
-      return new BlockIndex(BlockIndex.connect(path), null);
+      return new BlockIndex(BlockIndex.connect(path), path, null);
     } catch (err) {
       if (err instanceof IndexLockedError) throw err;
       const code = (err as { code?: string }).code ?? '';
@@ -102,7 +126,7 @@ export class BlockIndex {
           // Not every index has them.
         }
       }
-      return new BlockIndex(BlockIndex.connect(path), aside);
+      return new BlockIndex(BlockIndex.connect(path), path, aside);
     }
   }
 
@@ -118,6 +142,7 @@ export class BlockIndex {
       db.pragma('journal_mode = WAL');
       // A crash may lose the last transactions, never corrupt the file; each block is checked anyway.
       db.pragma('synchronous = NORMAL');
+      db.pragma('wal_autocheckpoint = 0');
       db.exec('BEGIN EXCLUSIVE; COMMIT;');
     } catch (err) {
       db.close();
@@ -136,12 +161,14 @@ export class BlockIndex {
   }
 
   get(key: string): BlockRow | undefined {
+    const pending = this.pendingPuts.get(key);
+    if (pending) return pending.row;
     const r = this.stmt.get.get(key);
     return r ? toRow(r) : undefined;
   }
 
   has(key: string): boolean {
-    return this.stmt.has.get(key) !== undefined;
+    return this.pendingPuts.has(key) || this.stmt.has.get(key) !== undefined;
   }
 
   put(row: BlockRow): void {
@@ -149,12 +176,91 @@ export class BlockIndex {
     this.pendingAccess.delete(row.key);
   }
 
+  /**
+   * Adds a row now (get and has see it at once) and commits it within a few milliseconds in one
+   * transaction with the rows that arrive meanwhile; resolves once it is committed, rejects with the
+   * transaction's error (no row of that batch is then in the index).
+   *
+   * Why: one transaction per block cost ~30 us of CPU, and every thousand WAL pages SQLite checkpoints
+   * on the committing call, fsync included: under a stream of block writes one put blocked the event
+   * loop, and every FUSE request with it, for half a second (measured: 1,024 blocks of 1 MiB, 768 ms in
+   * put, 492 ms in one call). A batch writes each page it touches once.
+   */
+  putSoon(row: BlockRow): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pendingPuts.get(row.key)?.settled.resolve();
+      this.pendingPuts.set(row.key, { row, settled: { resolve, reject } });
+      this.pendingAccess.delete(row.key);
+      if (!this.putTimer) {
+        this.putTimer = setTimeout(() => this.commitPending(), PUT_BATCH_MS);
+        this.putTimer.unref();
+      }
+    });
+  }
+
+  /** Commits the rows putSoon holds, settling their promises; never throws (the callers hear of it). */
+  commitPending(): void {
+    if (this.putTimer) clearTimeout(this.putTimer);
+    this.putTimer = null;
+    if (this.pendingPuts.size === 0) return;
+    const batch = [...this.pendingPuts.values()];
+    this.pendingPuts.clear();
+    try {
+      this.db.transaction(() => {
+        for (const p of batch) this.put(p.row);
+      })();
+    } catch (err) {
+      for (const p of batch) p.settled.reject(err as Error);
+      return;
+    }
+    for (const p of batch) p.settled.resolve();
+    this.afterWrite();
+  }
+
+  /** Checkpoints when the WAL is large; otherwise (re)arms the checkpoint for when writes pause. */
+  private afterWrite(): void {
+    let walBytes = 0;
+    try {
+      walBytes = statSync(this.walPath).size;
+    } catch {
+      // No WAL file: nothing to checkpoint.
+    }
+    if (walBytes >= CHECKPOINT_WAL_BYTES) {
+      this.checkpoint();
+    } else if (walBytes > 0) {
+      if (this.idleCheckpoint) this.idleCheckpoint.refresh();
+      else {
+        this.idleCheckpoint = setTimeout(() => this.checkpoint(), IDLE_CHECKPOINT_MS);
+        this.idleCheckpoint.unref();
+      }
+    }
+  }
+
+  private checkpoint(): void {
+    if (this.idleCheckpoint) clearTimeout(this.idleCheckpoint);
+    this.idleCheckpoint = null;
+    try {
+      this.db.pragma('wal_checkpoint(TRUNCATE)');
+    } catch {
+      // Left for the next one; the WAL still holds every committed row.
+    }
+  }
+
   delete(keys: readonly string[]): void {
     if (keys.length === 0) return;
     this.db.transaction(() => {
       for (const k of keys) this.stmt.delete.run(k);
     })();
-    for (const k of keys) this.pendingAccess.delete(k);
+    this.afterWrite();
+    for (const k of keys) {
+      this.pendingAccess.delete(k);
+      const pending = this.pendingPuts.get(k);
+      if (pending) {
+        // Dropped before it was committed: the caller that put it has nothing left to do.
+        this.pendingPuts.delete(k);
+        pending.settled.resolve();
+      }
+    }
   }
 
   /** Records an access in memory; `flushAccess` writes the batch. */
@@ -167,12 +273,15 @@ export class BlockIndex {
   }
 
   flushAccess(): void {
+    // A touch of a row still pending would update nothing.
+    this.commitPending();
     if (this.pendingAccess.size === 0) return;
     const batch = [...this.pendingAccess];
     this.pendingAccess.clear();
     this.db.transaction(() => {
       for (const [key, at] of batch) this.stmt.touch.run(at, key);
     })();
+    this.afterWrite();
   }
 
   /** Least recently used first; `offset` skips rows the caller could not evict (a reader holds them). */
@@ -182,19 +291,23 @@ export class BlockIndex {
   }
 
   totals(): { bytes: number; blocks: number; objects: number } {
+    this.commitPending();
     const t = this.stmt.totals.get()!;
     return { ...t, objects: this.stmt.objects.get()!.n };
   }
 
   *rows(): IterableIterator<BlockRow> {
+    this.commitPending();
     for (const r of this.stmt.all.iterate()) yield toRow(r);
   }
 
   *keys(): IterableIterator<string> {
+    this.commitPending();
     for (const r of this.stmt.keys.iterate()) yield r.key;
   }
 
   clear(): void {
+    this.commitPending();
     this.stmt.clear.run();
     this.pendingAccess.clear();
   }
@@ -212,6 +325,7 @@ export class BlockIndex {
     this.db.transaction(() => {
       for (const r of rows) this.stmt.put.run(r);
     })();
+    this.afterWrite();
   }
 
   /**
@@ -220,6 +334,7 @@ export class BlockIndex {
    */
   close(clean: boolean): void {
     this.flushAccess();
+    if (this.idleCheckpoint) clearTimeout(this.idleCheckpoint);
     if (clean) this.setSetting('clean', '1');
     this.db.close();
   }

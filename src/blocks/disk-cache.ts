@@ -411,7 +411,8 @@ export class DiskCache {
       await fsp.rename(tmp, final);
       renamed = true;
       if (this.closed) throw new Error('closed');
-      this.index.put({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
+      // A close while this waits commits the row (close() writes what is pending) and resolves it.
+      await this.index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
       if (this.health !== 'ok') this.recovered();
     } catch (err) {
       if (reserved) {
