@@ -71,6 +71,7 @@ struct job {
   size_t size;
   struct reg ahead;
   uint32_t ahead_len;
+  uint64_t submitted_ns;
 };
 
 static struct {
@@ -338,6 +339,7 @@ static void serve(struct job *j) {
   if (j->off >= end) {
     fuse_reply_buf(j->req, NULL, 0);
     count(BR_READS, 1);
+    count(BR_READ_NS, now_ns() - j->submitted_ns);
     return;
   }
   uint64_t first = j->off / f->block_size, last = (end - 1) / f->block_size;
@@ -390,6 +392,7 @@ static void serve(struct job *j) {
   fuse_reply_iov(j->req, iov, (int)n);
   count(BR_READS, 1);
   count(BR_READ_BYTES, end - j->off);
+  count(BR_READ_NS, now_ns() - j->submitted_ns);
   for (unsigned i = 0; i < n; i++) release(slots[i]);
 }
 
@@ -496,6 +499,7 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   j->f = f;
   j->off = off;
   j->size = size;
+  j->submitted_ns = now_ns();
   enqueue(j);
   for (unsigned i = 0; i < nahead; i++) enqueue(ahead[i]);
   pthread_mutex_unlock(&eng.lock);

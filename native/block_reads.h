@@ -20,7 +20,8 @@ enum br_reason {
 
 // BR_LOADS: block files read and checked; BR_HITS: of those, blocks a read was answered from (a block
 // loaded ahead that no read used is not a cache hit).
-enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_NSTATS };
+// BR_READ_NS: nanoseconds from a read's submission to its answer, summed over the reads answered.
+enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_READ_NS, BR_NSTATS };
 
 struct br_config {
   const char *dir;   // the block folder (blocks-v2): files are dir/<key[0:2]>/<key>

@@ -779,7 +779,7 @@ static napi_value start_native_reads(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes]
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs]
 static napi_value native_stats(napi_env env, napi_callback_info info) {
   (void)info;
   uint64_t s[BR_NSTATS];

@@ -55,6 +55,7 @@ export class NativeReads {
     const stat = (i: number) => () => fuse.nativeStats()[i]!;
     metrics.addCounterSource('native_reads', stat(0));
     metrics.addCounterSource('native_read_bytes', stat(1));
+    metrics.addCounterSource('native_read_ms', () => Math.round(fuse.nativeStats()[8]! / 1e6));
     metrics.addCounterSource('fuse_read_bytes', stat(1));
     metrics.addCounterSource('native_fallbacks', stat(2));
     metrics.addCounterSource('native_block_loads', stat(3));

@@ -22,6 +22,7 @@ export const COUNTERS = {
   fuse_invalidated_entries: 'names gone from GCS (or no longer a file or folder) whose inode or entry the kernel was told to drop',
   native_reads: 'FUSE reads answered by the native path: blocks already on disk, read and checked without JavaScript',
   native_read_bytes: 'bytes returned by those reads',
+  native_read_ms: 'milliseconds from the kernel\'s request to the answer, summed over those reads (their mean latency is this over native_reads)',
   native_fallbacks: 'reads the native path gave back to JavaScript (a damaged block file, or no block memory free)',
   native_block_loads: 'block files the native path read and checked (those a read was answered from also count in block_cache_hits)',
   fuse_errors: 'FUSE operations answered with an error',
