@@ -24,7 +24,10 @@
  * seconds later the other two together still sent 44/s: the benchmark's goodput counts the whole run,
  * and that tail cost it more than any overload. Beyond the plateau no 429 answers, so the steps
  * double and the freed rate is taken in 3-4 s. Near the limit a daemon is cut every second or two at
- * about its plateau, so its steps stay additive; a daemon far below its share (its last cut came while
+ * about its plateau, so its steps stay mostly additive (not always: at 20/s one second's step makes
+ * up a cut, so two or three seconds without a 429, which chance gives now and then, double the step;
+ * part of the wandering the settled steps below damp; a margin above the plateau before doubling
+ * damped it too in the simulation, but slowed the 15 s job's tail); a daemon far below its share (its last cut came while
  * it was small) passes its low plateau sooner than the others pass theirs and catches up faster than
  * with additive steps alone. The price is some more probing: in the simulation 4.4% of requests are
  * answered 429 against 4.0% without the plateau.
@@ -59,6 +62,22 @@
  * in test/request-rate-sharing.test.ts bounds them); what the plateau does is make the unevenness
  * cheap: the daemons left when one finishes grow into its rate within seconds.
  *
+ * Settled steps (a long run: three daemons, one 60/s bucket, 75 s of all three reading): with x0.9
+ * and +2/s throughout, each daemon's share of a 10 s window kept wandering between 25 and 45% long
+ * after the start (in the simulation 63-77% of the windows after the first two had every share within
+ * 0.28-0.39). Each 429 reaches one daemon, chosen by chance and not in proportion to its rate, so
+ * each cut is noise as well as correction: a rate's spread around its share grows with the cut's
+ * depth (about the square root of the cut fraction), whatever the step. Once a daemon's last six
+ * cuts came at rates within 30% of each other (it has found its share: a daemon still catching up or
+ * giving back cuts at rising or falling rates), it cuts to x0.95 and adds +1/s (the same ratio of
+ * step to cut, so about the same 429s), and keeps the coarse steps, which move it faster, while its
+ * share is still moving; the doubling beyond the plateau keeps the coarse step, so the rate a finished
+ * daemon leaves is still found in seconds. In the simulation 86-97% of those windows are within the
+ * band, the shares' mean distance from 1/3 halves, 429s 3.5 -> 3.6%; the 15 s job is about as
+ * before (its shares are set by the start). A finer step from the
+ * start (x0.95 and +1/s throughout) converged as well over the long run but left the 15 s job's
+ * worst runs lower (a late daemon catches up more slowly).
+ *
  * The rate never exceeds the ceiling, which follows GCS's request-rate guidelines (a bucket starts at
  * about 5,000 reads/s and should be ramped by doubling no faster than every 20 minutes): `initial`,
  * doubled every `rampDoublingMs` since the start, and never above the hard `max` (gcsfuse's
@@ -86,6 +105,10 @@ export interface RequestRateConfig {
   increasePerSecond: number;
   /** A 429 cuts the rate to this fraction of itself. */
   decreaseFactor: number;
+  /** Once settled (the last cuts came at about the same rate): the cut's fraction, finer than `decreaseFactor`. */
+  settledDecreaseFactor: number;
+  /** Once settled: the additive step below the plateau, finer than `increasePerSecond` (the doubling beyond it keeps the coarse step). */
+  settledIncreasePerSecond: number;
   /** While slow-starting, the rate grows by `slowStartGrowth` at each multiple of this many ms of the wall clock. */
   slowStartStepMs: number;
   /** The factor of each slow-start step. */
@@ -106,6 +129,8 @@ export const DEFAULT_REQUEST_RATE: Omit<RequestRateConfig, 'initial' | 'max'> = 
   min: 1,
   increasePerSecond: 2,
   decreaseFactor: 0.9,
+  settledDecreaseFactor: 0.95,
+  settledIncreasePerSecond: 1,
   slowStartStepMs: 125,
   slowStartGrowth: 2,
   slowStartDecreaseFactor: 0.5,
@@ -138,6 +163,9 @@ const MEASURABLE_GRANTS = 4;
 const SLOW_START_END_SLOTS = 3;
 /** Growth after the slow start takes the rate to at most this many times what was accepted over the last second. */
 const GROWTH_USE_FACTOR = 2;
+/** Settled: the last this many cuts came at rates within SETTLED_SPREAD of their mean (max - min over mean). */
+const SETTLED_CUTS = 6;
+const SETTLED_SPREAD = 0.3;
 
 export class RequestRate {
   private readonly now: () => number;
@@ -174,6 +202,8 @@ export class RequestRate {
   /** The wall-clock step the slow start last grew at, and the grants since. */
   private slowStartStep = 0;
   private stepGrants = 0;
+  /** The rates the last SETTLED_CUTS additive-phase cuts came at (their plateaus), oldest first. */
+  private readonly cutRates: number[] = [];
 
   // Counters for stats.
   grants = 0;
@@ -281,7 +311,10 @@ export class RequestRate {
       // (readers slower than the rate) is first brought down to twice that.
       const sent = t - this.activeSince >= WINDOW_SLOT_MS * WINDOW_SLOTS ? UNUSED_RATE_FACTOR * this.acceptedRate(t) : Number.POSITIVE_INFINITY;
       this.plateau = Math.min(this.rate, sent);
-      this.rateValue = Math.max(this.cfg.min, this.cfg.decreaseFactor * this.plateau);
+      const factor = this.settled() ? this.cfg.settledDecreaseFactor : this.cfg.decreaseFactor;
+      this.rateValue = Math.max(this.cfg.min, factor * this.plateau);
+      this.cutRates.push(this.plateau);
+      if (this.cutRates.length > SETTLED_CUTS) this.cutRates.shift();
     }
     this.tokens = Math.min(this.tokens, 0);
     this.epoch++;
@@ -292,6 +325,18 @@ export class RequestRate {
   close(): void {
     this.cancelTimer?.();
     this.cancelTimer = null;
+  }
+
+  /**
+   * Whether the last cuts came at about the same rate: the rate has found its share, and the finer
+   * steps keep it there (see the class comment). A daemon whose share is still moving (its cuts come
+   * at rising or falling rates) keeps the coarse steps, which move it faster.
+   */
+  private settled(): boolean {
+    if (this.cutRates.length < SETTLED_CUTS) return false;
+    const hi = Math.max(...this.cutRates);
+    const lo = Math.min(...this.cutRates);
+    return (hi - lo) / ((hi + lo) / 2) < SETTLED_SPREAD;
   }
 
   /** Requests/s GCS accepted over the last second (called only after a second of activity). */
@@ -375,9 +420,10 @@ export class RequestRate {
     if (seconds < 1) return;
     this.refill();
     let rate = this.rate;
+    const additive = this.settled() ? this.cfg.settledIncreasePerSecond : this.cfg.increasePerSecond;
     for (let i = 0; i < seconds; i++) {
       if (rate < this.plateau) {
-        rate += this.cfg.increasePerSecond;
+        rate += additive;
         continue;
       }
       this.beyondPlateau++;
