@@ -270,7 +270,7 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
   it("lets the WAL grow past SQLite's thousand-page checkpoint under writes, and checkpoints it once they pause", async () => {
     const dir = await tempDir('index');
     const path = join(dir, 'index.sqlite');
-    const index = BlockIndex.open(path);
+    const index = BlockIndex.open(path, { idleCheckpointMs: 1000 });
     try {
       // Commits of rows spread over the table's pages, as blocks arrive: SQLite's own checkpoint would
       // start the WAL over at a thousand pages (4 MiB).

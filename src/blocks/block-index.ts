@@ -52,11 +52,17 @@ const SCHEMA = `
  * SQLite's own checkpoints are off: it runs one on the committing call every thousand WAL pages, and
  * its fsyncs under a stream of block writes took 0.2-0.9 s (measured, 1 GiB of 1 MiB blocks), all of
  * it time the event loop, and every FUSE request waiting on it, stood still. The index checkpoints
- * instead when the WAL has grown this large (a stall every few hundred thousand rows, not every few
- * hundred), or once the writes have paused for IDLE_CHECKPOINT_MS.
+ * instead when the WAL has grown this large (a stall every hundred thousand rows or so, not every few
+ * hundred), or once no row has been written for `idleCheckpointMs`: a pause of a second is no sign
+ * that reads have paused too (a checkpoint after one took 0.57 s in the middle of a Zarr load).
  */
 const CHECKPOINT_WAL_BYTES = 64 * 2 ** 20;
-const IDLE_CHECKPOINT_MS = 1000;
+const IDLE_CHECKPOINT_MS = 30_000;
+
+export interface BlockIndexOptions {
+  /** Checkpoint the WAL after this long without writes (tests shorten it). */
+  idleCheckpointMs?: number;
+}
 
 /** How long a row waits for others to share its transaction: rows of blocks landing together commit once. */
 const PUT_BATCH_MS = 5;
@@ -73,6 +79,7 @@ export class BlockIndex {
   private readonly pendingPuts = new Map<string, PendingPut>();
   private putTimer: NodeJS.Timeout | null = null;
   private readonly walPath: string;
+  private readonly idleCheckpointMs: number;
   private idleCheckpoint: NodeJS.Timeout | null = null;
   private readonly stmt;
   /** True when the previous owner did not close cleanly: its files and rows may disagree. */
@@ -80,9 +87,10 @@ export class BlockIndex {
   /** Set when the index file was unreadable and has been replaced by an empty one. */
   readonly rebuiltFrom: string | null;
 
-  private constructor(db: Database.Database, path: string, rebuiltFrom: string | null) {
+  private constructor(db: Database.Database, path: string, rebuiltFrom: string | null, opts: BlockIndexOptions) {
     this.db = db;
     this.walPath = `${path}-wal`;
+    this.idleCheckpointMs = opts.idleCheckpointMs ?? IDLE_CHECKPOINT_MS;
     this.rebuiltFrom = rebuiltFrom;
     db.exec(SCHEMA);
     this.stmt = {
@@ -110,9 +118,9 @@ export class BlockIndex {
    * Opens (creating) the index at `path` and takes its lock. An index that SQLite cannot read is moved
    * aside and replaced by an empty one: the cache is a cache, and losing it must not stop a mount.
    */
-  static open(path: string): BlockIndex {
+  static open(path: string, opts: BlockIndexOptions = {}): BlockIndex {
     try {
-      return new BlockIndex(BlockIndex.connect(path), path, null);
+      return new BlockIndex(BlockIndex.connect(path), path, null, opts);
     } catch (err) {
       if (err instanceof IndexLockedError) throw err;
       const code = (err as { code?: string }).code ?? '';
@@ -126,7 +134,7 @@ export class BlockIndex {
           // Not every index has them.
         }
       }
-      return new BlockIndex(BlockIndex.connect(path), path, aside);
+      return new BlockIndex(BlockIndex.connect(path), path, aside, opts);
     }
   }
 
@@ -230,7 +238,7 @@ export class BlockIndex {
     } else if (walBytes > 0) {
       if (this.idleCheckpoint) this.idleCheckpoint.refresh();
       else {
-        this.idleCheckpoint = setTimeout(() => this.checkpoint(), IDLE_CHECKPOINT_MS);
+        this.idleCheckpoint = setTimeout(() => this.checkpoint(), this.idleCheckpointMs);
         this.idleCheckpoint.unref();
       }
     }
