@@ -71,6 +71,7 @@ struct job {
   size_t size;
   struct reg ahead;
   uint32_t ahead_len;
+  int preload; // a load ahead of any read (br_preload): takes only memory no unread block holds
   uint64_t submitted_ns;
 };
 
@@ -180,24 +181,29 @@ static char *alloc_buf(size_t size) {
 static void free_buf(char *buf) { munmap(buf, eng.buf_size); }
 
 // A slot to load a block into: an empty one with memory, else one never used, else the least recently
-// used block nobody is reading. Under eng.lock.
-static struct slot *victim(void) {
-  struct slot *unused = NULL, *lru = NULL;
+// used block a read has used, else (not for a preload) the least recently loaded block nobody has read
+// yet; never one a reader holds. A block a read has used is in the kernel's page cache too, while one
+// loaded ahead is still to be read: it goes last. Under eng.lock.
+static struct slot *victim(int preload) {
+  struct slot *unused = NULL, *lru_served = NULL, *lru_unread = NULL;
   for (unsigned i = 0; i < eng.nslots; i++) {
     struct slot *s = &eng.slots[i];
     if (s->refs > 0) continue;
     if (s->state == EMPTY && s->buf) return s;
     if (s->state == EMPTY) {
       if (!unused) unused = s;
-    } else if (!lru || s->used_ns < lru->used_ns) {
-      lru = s;
+    } else if (s->served) {
+      if (!lru_served || s->used_ns < lru_served->used_ns) lru_served = s;
+    } else if (!lru_unread || s->used_ns < lru_unread->used_ns) {
+      lru_unread = s;
     }
   }
   if (unused && (unused->buf = alloc_buf(eng.buf_size))) {
     count(BR_SLOTS, 1);
     return unused;
   }
-  return lru;
+  if (lru_served) return lru_served;
+  return preload ? NULL : lru_unread;
 }
 
 static void put_locked(struct slot *s) {
@@ -265,7 +271,7 @@ static void served(struct slot *s) {
 
 // The block in memory, checked, with a reference the caller releases; NULL and *reason otherwise.
 // `for_read`: a read will be answered from it (not a load ahead).
-static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int *reason) {
+static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int preload, int *reason) {
   pthread_mutex_lock(&eng.lock);
   struct slot *s = find_slot(r->key);
   if (s) {
@@ -283,7 +289,7 @@ static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int
     pthread_mutex_unlock(&eng.lock);
     return NULL;
   }
-  s = victim();
+  s = victim(preload);
   if (!s) {
     pthread_mutex_unlock(&eng.lock);
     *reason = BR_BUSY;
@@ -361,7 +367,7 @@ static void serve(struct job *j) {
   }
   pthread_mutex_unlock(&eng.lock);
   for (unsigned i = 0; reason == BR_OK && i < n; i++) {
-    slots[i] = acquire(&regs[i], block_len(f, first + i), 1, &reason);
+    slots[i] = acquire(&regs[i], block_len(f, first + i), 1, 0, &reason);
     if (slots[i]) got++;
     else if (reason != BR_BUSY) {
       bad = regs[i].key;
@@ -411,7 +417,7 @@ static void *worker(void *arg) {
       eng.hooks.done(j->userdata);
     } else {
       int reason;
-      struct slot *s = acquire(&j->ahead, j->ahead_len, 0, &reason);
+      struct slot *s = acquire(&j->ahead, j->ahead_len, 0, j->preload, &reason);
       if (s) release(s);
     }
     free(j);
@@ -504,6 +510,22 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   for (unsigned i = 0; i < nahead; i++) enqueue(ahead[i]);
   pthread_mutex_unlock(&eng.lock);
   return 1;
+}
+
+int br_preload(const char *key, uint32_t crc, uint32_t len) {
+  if (!eng.started || strlen(key) != BR_KEY_LEN || len == 0 || len > eng.block_size) return 0;
+  struct job *j = calloc(1, sizeof *j);
+  if (!j) return 0;
+  memcpy(j->ahead.key, key, BR_KEY_LEN + 1);
+  j->ahead.crc = crc;
+  j->ahead_len = len;
+  j->preload = 1;
+  pthread_mutex_lock(&eng.lock);
+  int queued = !find_slot(key);
+  if (queued) enqueue(j);
+  pthread_mutex_unlock(&eng.lock);
+  if (!queued) free(j);
+  return queued;
 }
 
 void br_stats(uint64_t out[BR_NSTATS]) {

@@ -56,6 +56,11 @@ void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t cr
 // the worker's (hooks.done follows); 0 otherwise, and the request is still the caller's.
 int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, size_t size);
 
+// Queues a load of block file `key` (`len` bytes, CRC32C `crc`) into memory before any read asks for it:
+// a prefetched block, whose reader is on its way. Only into memory that is free or holds a block a read
+// has used; a block loaded ahead that no read has used yet is never pushed out for it. 1 when queued.
+int br_preload(const char *key, uint32_t crc, uint32_t len);
+
 void br_stats(uint64_t out[BR_NSTATS]);
 // Keys of the blocks read since the last call (for the index's access times), `max` at most, into
 // `out` (BR_KEY_LEN + 1 each); frees the memory of blocks unused for `idle_secs`. Returns the count.

@@ -726,6 +726,22 @@ static napi_value add_blocks(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// preloadBlock(key, crc, length): a worker loads that block file into memory before a read asks for it.
+// Returns whether it was queued (not when in memory already, or the native path is not running).
+static napi_value preload_block(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  char key[BR_KEY_LEN + 2];
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[0], key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
+    return NULL;
+  }
+  napi_value out;
+  napi_get_boolean(env, br_preload(key, (uint32_t)num(env, argv[1]), (uint32_t)num(env, argv[2])), &out);
+  return out;
+}
+
 // readNative(req, ino, file, pos, size): hands a read to the native path. True: the request is answered
 // (by a worker); false: a block it spans is not registered, and the request is still the caller's.
 static napi_value read_native(napi_env env, napi_callback_info info) {
@@ -1202,6 +1218,7 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);
   EXPORT("nativeStats", native_stats);
+  EXPORT("preloadBlock", preload_block);
   EXPORT("nativeMaintain", native_maintain);
   EXPORT("crc32c", crc32c_js);
   EXPORT("adviseHugePages", advise_huge_pages);

@@ -51,6 +51,11 @@ interface Pending {
  */
 export class BlockSource {
   readonly blockSize: number;
+  /**
+   * Told of each prefetched block once it is on disk, unless a reader waited for it meanwhile (set by
+   * the native read path, which loads it into memory: the open that follows then reads no disk).
+   */
+  preloadAhead: ((row: BlockRow) => void) | null = null;
   private readonly blocks = new Map<string, Pending>();
   private readonly wholes = new Map<string, Pending>();
   /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
@@ -149,7 +154,7 @@ export class BlockSource {
     const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate));
     pending.ticket = ticket;
     const { block, crc32c } = await result;
-    this.stored(meta, index, block, crc32c);
+    this.stored(meta, index, block, crc32c, priority === 'prefetch' ? pending.rate : null);
     return block;
   }
 
@@ -175,17 +180,24 @@ export class BlockSource {
   /**
    * Counts a downloaded block and writes it to disk in the background: the reader has its bytes now.
    * `crc32c`: the block's CRC32C when already known (a whole object checked against GCS's).
+   * `prefetch`: a prefetch's place in the queue: if no reader has waited on it by the time the block is
+   * on disk, the block is handed to `preloadAhead` (the native read path loads it into memory then).
    */
-  private stored(meta: ObjectMeta, index: number, block: BlockData, crc32c: number | null): void {
+  private stored(meta: ObjectMeta, index: number, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null = null): void {
     this.deps.metrics.inc('block_fetches');
     this.deps.metrics.inc('block_fetch_bytes', block.bytes.length);
     const id = blockId(meta, index);
     if (!this.deps.disk || this.writing.has(id)) return;
     const ref = block.retain();
     this.writing.set(id, ref);
-    void this.deps.disk.write(this.diskKey(meta, index), ref.bytes, ref.directCapacity, crc32c).finally(() => {
+    const key = this.diskKey(meta, index);
+    const disk = this.deps.disk;
+    void disk.write(key, ref.bytes, ref.directCapacity, crc32c).finally(() => {
       this.writing.delete(id);
       ref.release();
+      if (prefetch?.priority !== 'background' || !this.preloadAhead) return;
+      const row = disk.lookup(key);
+      if (row) this.preloadAhead(row);
     });
   }
 

@@ -122,6 +122,11 @@ export interface FuseAddon {
    * blockHits, blockHitBytes] (hits: loaded blocks a read was answered from).
    */
   nativeStats(): number[];
+  /**
+   * Loads block file `key` into the native path's memory ahead of any read (a prefetched block), into
+   * memory no unread block holds; whether it was queued.
+   */
+  preloadBlock(key: string, crc: number, length: number): boolean;
   /** Keys of the block files read since the last call (access times); frees block memory idle that long. */
   nativeMaintain(idleSecs: number): string[];
   /** The native CRC32C (hardware where the CPU has it). */

@@ -63,6 +63,11 @@ export class NativeReads {
     metrics.addCounterSource('block_cache_hit_bytes', stat(7));
     metrics.setGauge('native_block_buffers', stat(5));
     disk.addAccessSource(() => fuse.nativeMaintain(IDLE_SECS));
+    // A prefetched chunk file is opened and read soon after it lands: read from disk only then, each
+    // read waited for the disk (a cold Zarr round: 2.3 ms on average per native read, 1,500 reads).
+    blocks.preloadAhead = (row) => {
+      if (fuse.preloadBlock(row.key, row.crc32c, row.size)) metrics.inc('native_preloads');
+    };
     return new NativeReads(fuse, blocks, disk);
   }
 

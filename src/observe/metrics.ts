@@ -25,6 +25,7 @@ export const COUNTERS = {
   native_read_ms: 'milliseconds from the kernel\'s request to the answer, summed over those reads (their mean latency is this over native_reads)',
   native_fallbacks: 'reads the native path gave back to JavaScript (a damaged block file, or no block memory free)',
   native_block_loads: 'block files the native path read and checked (those a read was answered from also count in block_cache_hits)',
+  native_preloads: 'prefetched blocks the native path was asked to load into memory once on disk, before their file is read',
   fuse_errors: 'FUSE operations answered with an error',
   meta_stat_hits: 'lookups answered by the stat cache',
   meta_type_hits: 'lookups answered by the type cache (directories)',
