@@ -1,3 +1,5 @@
+import { parentPath } from '../namespace/paths.js';
+
 /** The root directory's inode number, fixed by FUSE. */
 export const ROOT_INO = 1;
 
@@ -100,19 +102,4 @@ export class InodeTable {
   get size(): number {
     return this.byIno.size;
   }
-}
-
-/** The mount path of the folder holding `path` ('/' for the root's entries). */
-export function parentPath(path: string): string {
-  return path.slice(0, path.lastIndexOf('/')) || '/';
-}
-
-/** The last component of a mount path. */
-export function baseName(path: string): string {
-  return path.slice(path.lastIndexOf('/') + 1);
-}
-
-/** The mount path of `name` in the folder at `parent`. */
-export function childPath(parent: string, name: string): string {
-  return parent === '/' ? `/${name}` : `${parent}/${name}`;
 }

@@ -2,7 +2,8 @@ import type { Entry } from '../namespace/entry.js';
 import type { Listing } from '../namespace/listing.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { HandleTable } from './handles.js';
-import { baseName, parentPath, ROOT_INO, type InodeNode, type InodeTable } from './inodes.js';
+import { baseName, parentPath } from '../namespace/paths.js';
+import { ROOT_INO, type InodeNode, type InodeTable } from './inodes.js';
 import type { FuseAddon, SessionHandle } from './kernel.js';
 
 /**

@@ -11,7 +11,8 @@ import type { Prefetcher } from '../prefetch/prefetcher.js';
 import { statFor, type AttributePolicy } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
-import { childPath, InodeTable, ROOT_INO, type InodeNode } from './inodes.js';
+import { InodeTable, ROOT_INO, type InodeNode } from './inodes.js';
+import { childPath, parentPath } from '../namespace/paths.js';
 import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
 import type { ListingRun } from '../namespace/listing.js';
@@ -402,7 +403,7 @@ export function createOperations(deps: OperationDeps): Operations {
 
   const listingOf = (d: DirHandle, path: string): Promise<DirHandle['listing']> => {
     d.pending ??= namespace.readdir(path).then((listing) => {
-      const parent = path === '/' ? ROOT_INO : (inodes.peek(path.slice(0, path.lastIndexOf('/')) || '/') ?? ROOT_INO);
+      const parent = path === '/' ? ROOT_INO : (inodes.peek(parentPath(path)) ?? ROOT_INO);
       const names = ['.', '..'];
       const inos = [d.ino, parent];
       const isDir = [true, true];

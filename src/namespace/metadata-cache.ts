@@ -4,6 +4,7 @@ import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit as CacheBudget, Ttl as CacheTtl } from '../units.js';
 import type { Entry } from './entry.js';
 import { Listing } from './listing.js';
+import { baseName } from './paths.js';
 
 
 export interface MetadataCacheConfig {
@@ -134,7 +135,7 @@ export class MetadataCache {
     }
     const listing = this.stats?.get(`l:${parent}`);
     if (listing instanceof Listing) {
-      const entry = listing.get(path.slice(path.lastIndexOf('/') + 1));
+      const entry = listing.get(baseName(path));
       if (entry || this.missingTrusted(listing.listedAt)) {
         this.metrics.inc('meta_list_hits');
         return entry ?? 'missing';

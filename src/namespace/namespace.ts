@@ -6,6 +6,7 @@ import type { Entry } from './entry.js';
 import { compareKeys, Listing, ListingRun } from './listing.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
+import { baseName, parentPath } from './paths.js';
 import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
 
 /**
@@ -125,11 +126,11 @@ export class Namespace {
    */
   lookup(path: string): Promise<Entry | null> {
     if (path === '/') return Promise.resolve({ kind: 'dir', mtimeMs: null });
-    const parent = parentOf(path);
+    const parent = parentPath(path);
     const cached = this.deps.cache.lookup(path, parent);
     if (cached !== undefined) return Promise.resolve(cached === 'missing' ? null : cached);
     return shared(this.lookups, path, async () => {
-      const base = path.slice(path.lastIndexOf('/') + 1);
+      const base = baseName(path);
       if (componentProblem(base) !== null) return null;
       const walk = this.walkBelow(parent);
       if (walk) {
@@ -187,8 +188,8 @@ export class Namespace {
    * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
    */
   forget(path: string): void {
-    this.deps.cache.forget(path, parentOf(path));
-    this.jobs.delete(parentOf(path));
+    this.deps.cache.forget(path, parentPath(path));
+    this.jobs.delete(parentPath(path));
   }
 
   // ---------------------------------------------------------------- folder listings
@@ -316,11 +317,11 @@ export class Namespace {
    */
   private maybeStartWalk(path: string): Walk | null {
     if (!this.prefetch.enabled || !this.deps.cache.keepsListings || path === '/') return null;
-    const parent = parentOf(path);
+    const parent = parentPath(path);
     if (!this.readdirs.has(parent)) return null;
     const parentListing = this.deps.cache.listing(parent);
     if (!parentListing) return null;
-    const base = path.slice(path.lastIndexOf('/') + 1);
+    const base = baseName(path);
     const folders = parentListing.dirNames();
     if (folders.length < 2 || !folders.includes(base)) return null;
     return this.startWalk(parent, folders);
@@ -519,7 +520,7 @@ export class Namespace {
    * sort (many siblings like NAME.0, NAME-1 in between) does a second, one-item list settle it.
    */
   private async resolve(path: string): Promise<Entry | null> {
-    const base = path.slice(path.lastIndexOf('/') + 1);
+    const base = baseName(path);
     if (componentProblem(base) !== null) return null;
     const name = this.deps.names.objectName(path);
     const dirPrefix = `${name}/`;
@@ -549,11 +550,6 @@ export class Namespace {
     this.deps.metrics.inc('names_skipped');
     this.deps.once.warn(`conflict:${objectName}`, { object: objectName }, 'object name is also a directory prefix; the directory is shown and the object hidden');
   }
-}
-
-function parentOf(path: string): string {
-  const i = path.lastIndexOf('/');
-  return i <= 0 ? '/' : path.slice(0, i);
 }
 
 /** Runs `work` once per key at a time: callers that arrive while it runs get the same promise. */

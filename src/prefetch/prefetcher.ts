@@ -4,6 +4,7 @@ import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Namespace } from '../namespace/namespace.js';
+import { baseName, childPath, parentPath } from '../namespace/paths.js';
 import type { PrefetchStore } from './prefetch-store.js';
 import { ReadStream } from './read-stream.js';
 import { ARRAY_METADATA_FILES, chunkCount, indicesOfKey, indicesOfLinear, keyOfIndices, linearOf, parseArrayMetadata, type ZarrLayout } from './zarr-layout.js';
@@ -84,7 +85,7 @@ export class Prefetcher {
 
   private async follow(path: string): Promise<void> {
     const { config } = this.deps;
-    const dir = parentOf(path);
+    const dir = parentPath(path);
     const base = path.slice(dir.length + 1);
     if (config.zarr && CHUNK_NAME.test(base)) {
       const array = await this.arrayOf(dir);
@@ -102,7 +103,7 @@ export class Prefetcher {
     const total = chunkCount(array.layout);
     const paths: string[] = [];
     for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < total; i++, p += advice.direction) {
-      paths.push(join(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
+      paths.push(childPath(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
     }
     const epoch = array.stream.epoch;
     await this.fetchAll(paths, () => array.stream.epoch === epoch);
@@ -130,7 +131,7 @@ export class Prefetcher {
     if (!advice) return;
     const paths: string[] = [];
     for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < files.length; i++, p += advice.direction) {
-      paths.push(join(dir, files[p]!));
+      paths.push(childPath(dir, files[p]!));
     }
     const stream = state.stream;
     const epoch = stream.epoch;
@@ -157,7 +158,7 @@ export class Prefetcher {
 
   /** The object at `path` as its folder's listing shows it, or null when the listing has no such file. */
   private async listed(path: string): Promise<ObjectMeta | null> {
-    const dir = parentOf(path);
+    const dir = parentPath(path);
     const base = path.slice(dir.length + 1);
     let listing;
     try {
@@ -229,9 +230,9 @@ export class Prefetcher {
       if (layout) return { root: dir, layout, stream: new ReadStream(this.deps.config.maxFilesAhead) };
     }
     // Only folders named like chunk indices ('/'-separated keys, v3's 'c') can sit inside an array.
-    const name = dir.slice(dir.lastIndexOf('/') + 1);
+    const name = baseName(dir);
     if (dir === '/' || !/^(c|[0-9]+)$/.test(name)) return null;
-    return this.arrayOf(parentOf(dir));
+    return this.arrayOf(parentPath(dir));
   }
 
   /**
@@ -254,8 +255,8 @@ export class Prefetcher {
       }
       // Only a group can hold the store's root above; the first folder that is none ends the search.
       if (folder === '/' || (depth > 0 && entries.get('.zgroup')?.kind !== 'file')) return null;
-      key = key ? `${folder.slice(folder.lastIndexOf('/') + 1)}/${key}` : folder.slice(folder.lastIndexOf('/') + 1);
-      folder = parentOf(folder);
+      key = key ? `${baseName(folder)}/${key}` : baseName(folder);
+      folder = parentPath(folder);
       try {
         entries = await this.deps.namespace.readdir(folder);
       } catch {
@@ -308,11 +309,3 @@ export class Prefetcher {
 
 type DirEntries = Awaited<ReturnType<Namespace['readdir']>>;
 
-function parentOf(path: string): string {
-  const i = path.lastIndexOf('/');
-  return i <= 0 ? '/' : path.slice(0, i);
-}
-
-function join(dir: string, key: string): string {
-  return dir === '/' ? `/${key}` : `${dir}/${key}`;
-}
