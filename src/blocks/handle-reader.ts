@@ -69,9 +69,7 @@ export class HandleReader {
       return copied;
     };
     if (wanted.every((b) => b.value !== null)) return copy(wanted.map((b) => b.value!));
-    // While this read waits, another read of the handle may drop these blocks (a seek): the wait takes
-    // references of its own from the source (the same loads), so the bytes it copies stay the block's.
-    const refs = wanted.map((b, i) => (b.value ? Promise.resolve(b.value.retain()) : this.source.get(this.meta, first + i, 'demand')));
+    const refs = wanted.map((b, i) => this.ownRef(b, first + i));
     return Promise.allSettled(refs).then((settled) => {
       const got = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
       try {
@@ -115,10 +113,7 @@ export class HandleReader {
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     if (Math.floor((end - 1) / bs) !== first) return null;
-    const held = this.advance(pos, end)[0]!;
-    // A reference of this call's own, as in read(): a seek meanwhile may drop the handle's.
-    const ref = held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, first, 'demand');
-    return ref.then((block) => {
+    return this.ownRef(this.advance(pos, end)[0]!, first).then((block) => {
       const from = pos - first * bs;
       return { bytes: block.bytes.subarray(from, Math.min(block.bytes.length, from + (end - pos))), release: () => block.release() };
     });
@@ -143,6 +138,15 @@ export class HandleReader {
    */
   servedElsewhere(end: number): void {
     this.frontier = Math.max(this.frontier, Math.min(end, this.meta.size));
+  }
+
+  /**
+   * A reference of the caller's own to block `index`, which `held` holds or is loading: while a read
+   * waits, another read of the handle may drop the handle's blocks (a seek), so the wait takes its own
+   * reference from the source (the same load), and the bytes it uses stay the block's.
+   */
+  private ownRef(held: HeldBlock, index: number): Promise<BlockData> {
+    return held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, index, 'demand');
   }
 
   /** Moves the sequential frontier and readahead window for a read of [pos, end); the blocks it needs. */

@@ -292,7 +292,7 @@ export class Listing {
 
   /** Each visible name in key order (directories without their '/'), without building entry objects. */
   forEachName(visit: (name: string, isDir: boolean) => void): void {
-    this.each((run, i, key) => (run.isDir(i) ? visit(key.slice(0, -1), true) : visit(key, false)));
+    this.forEachRow((name, isDir) => visit(name, isDir));
   }
 
   /**
