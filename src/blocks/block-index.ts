@@ -43,12 +43,6 @@ const SCHEMA = `
 `;
 
 /**
- * The SQLite index of the block cache. better-sqlite3 is synchronous, so every statement here is
- * prepared once and small; access times are batched in memory and written in one transaction, never one
- * write per read. The connection holds an exclusive lock for its whole life: a second daemon (or a
- * `cache clear`) on the same directory is refused, and a SIGKILLed holder releases it with its process.
- */
-/**
  * SQLite's own checkpoints are off: it runs one on the committing call every thousand WAL pages, and
  * its fsyncs under a stream of block writes took 0.2-0.9 s (measured, 1 GiB of 1 MiB blocks), all of
  * it time the event loop, and every FUSE request waiting on it, stood still. The index checkpoints
@@ -72,6 +66,12 @@ interface PendingPut {
   settled: { resolve: () => void; reject: (err: Error) => void };
 }
 
+/**
+ * The SQLite index of the block cache. better-sqlite3 is synchronous, so every statement here is
+ * prepared once and small; access times are batched in memory and written in one transaction, never one
+ * write per read; rows are committed in batches (putSoon). The connection holds an exclusive lock for its whole life: a second daemon (or a
+ * `cache clear`) on the same directory is refused, and a SIGKILLed holder releases it with its process.
+ */
 export class BlockIndex {
   private readonly db: Database.Database;
   private readonly pendingAccess = new Map<string, number>();
