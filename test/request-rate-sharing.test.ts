@@ -117,13 +117,11 @@ async function simulateSharing(seed: number, setting: Setting): Promise<SharingS
   await clock.run(() => finished === readers.length, 10 * 60_000);
   for (const r of rates) r.close();
   const firstDone = Math.min(...doneAtMs);
-  const early = answered.filter((a) => a.at <= firstDone);
-  const shares = Array.from({ length: K }, (_, d) => early.filter((a) => a.d === d).length / early.length);
+  /** Each daemon's share of `some` answers. */
+  const sharesOf = (some: typeof answered): number[] => Array.from({ length: K }, (_, d) => some.filter((a) => a.d === d).length / some.length);
+  const shares = sharesOf(answered.filter((a) => a.at <= firstDone));
   const windows: number[][] = [];
-  for (let from = 0; from + WINDOW_MS <= firstDone; from += WINDOW_MS) {
-    const inWindow = answered.filter((a) => a.at >= from && a.at < from + WINDOW_MS);
-    windows.push(Array.from({ length: K }, (_, d) => inWindow.filter((a) => a.d === d).length / inWindow.length));
-  }
+  for (let from = 0; from + WINDOW_MS <= firstDone; from += WINDOW_MS) windows.push(sharesOf(answered.filter((a) => a.at >= from && a.at < from + WINDOW_MS)));
   return { windows, shares, goodput: answered.length / (Math.max(...doneAtMs) / 1000) / limit, throttledShare: throttled / sent, doneAtMs };
 }
 
@@ -137,10 +135,12 @@ async function runs(setting: Setting, seeds = SEEDS): Promise<SharingSim[]> {
 }
 
 const mean = (rs: SharingSim[], f: (r: SharingSim) => number): number => rs.reduce((a, r) => a + f(r), 0) / rs.length;
-/** How far a run's shares are from 1/K, on average over its daemons. */
-const unevenness = (r: SharingSim): number => r.shares.reduce((a, x) => a + Math.abs(x - 1 / r.shares.length), 0) / r.shares.length;
+/** How far shares are from 1/K, on average over the daemons. */
+const distanceFromEven = (shares: readonly number[]): number => shares.reduce((a, x) => a + Math.abs(x - 1 / shares.length), 0) / shares.length;
 /** Every daemon's share within 0.28-0.39: about a third each. */
-const inBand = (r: SharingSim): boolean => r.shares.every((x) => x >= 0.28 && x <= 0.39);
+const aboutEven = (shares: readonly number[]): boolean => shares.every((x) => x >= 0.28 && x <= 0.39);
+const unevenness = (r: SharingSim): number => distanceFromEven(r.shares);
+const inBand = (r: SharingSim): boolean => aboutEven(r.shares);
 
 /*
  * Goodput is counted as the benchmark counts it: over the whole run, so the tail (one or two daemons
@@ -204,10 +204,8 @@ describe('request rate: daemons sharing one bucket', () => {
     const rs = await runs({ workMs: [20, 80], startSpreadMs: 300, files: 1500 }, 24);
     const later = rs.flatMap((r) => r.windows.slice(2));
     expect(later.length).toBeGreaterThan(24 * 4);
-    const inBand = later.filter((w) => w.every((x) => x >= 0.28 && x <= 0.39)).length;
-    expect(inBand / later.length).toBeGreaterThan(0.85);
-    const distance = later.reduce((a, w) => a + w.reduce((b, x) => b + Math.abs(x - 1 / 3), 0) / w.length, 0) / later.length;
-    expect(distance).toBeLessThan(0.02);
+    expect(later.filter(aboutEven).length / later.length).toBeGreaterThan(0.85);
+    expect(later.reduce((a, w) => a + distanceFromEven(w), 0) / later.length).toBeLessThan(0.02);
     for (const w of later) for (const share of w) expect(share).toBeGreaterThan(0.15);
     expect(mean(rs, (r) => r.throttledShare)).toBeLessThan(0.04);
   });
