@@ -583,7 +583,7 @@ export const PARAMS = [
     configKey: 'gcs-connection.limit-ops-per-sec',
     type: 'float',
     default: -1,
-    help: 'Hard cap on GCS requests per second from this daemon; -1 = none. Below it the rate adapts: cut to 0.9 of itself on a 429, +2/s per saturated second below the rate of the last 429 and doubling steps beyond it, so daemons sharing a bucket move towards equal shares',
+    help: 'Hard cap on GCS requests per second from this daemon; -1 = none. Below it the rate adapts: cut to 0.9 of itself on a 429, +2/s per saturated second below the rate of the last 429 and doubling steps beyond it (0.95 and +1/s once its last six cuts came at about the same rate), so daemons sharing a bucket converge to equal shares',
     group: 'GCS connection',
     effect: 'effective',
   },
