@@ -20,11 +20,11 @@ const BUCKET = 'sharing-bench';
  * 75 s of all three reading at 60/s.
  */
 const LONG_FILES = 4500;
-export const LONG_FILE_BYTES = 128 * 1024;
+const LONG_FILE_BYTES = 128 * 1024;
 const WINDOW_S = 10;
 
 /** The emulator in a process of its own, as GCS is: the daemons' load must not slow its event loop. */
-export interface ExternalEmulator {
+interface ExternalEmulator {
   url: string;
   proc: ChildProcess;
   knobs(k: Partial<EmulatorKnobs>): Promise<void>;
@@ -34,7 +34,7 @@ export interface ExternalEmulator {
   stop(): Promise<void>;
 }
 
-export async function startExternalEmulator(root: string, args: string[]): Promise<ExternalEmulator> {
+async function startExternalEmulator(root: string, args: string[]): Promise<ExternalEmulator> {
   const proc = spawn(GCSMOUNT, ['emulator', '--root', root, '--port', '0', '--quiet', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
@@ -87,7 +87,7 @@ async function daemonStats(mountPoint: string): Promise<DaemonStats> {
 }
 
 /** One window of the run: each daemon's share of the media requests answered in it, and its 429s. */
-export interface ShareWindow {
+interface ShareWindow {
   fromS: number;
   toS: number;
   answered: number;
@@ -95,7 +95,7 @@ export interface ShareWindow {
   throttled: number[];
 }
 
-export interface SharingRun {
+interface SharingRun {
   label: string;
   seconds: number;
   readErrors: number;
@@ -107,20 +107,19 @@ export interface SharingRun {
   daemons: { media: number; shareWhileAll: number; finishedS: number; requests: number; throttled: number; rate: number | null; waits: number }[];
   /** Windows of WINDOW_S from the first media request until the first daemon's last answer (the last one partial). */
   windows: ShareWindow[];
-  log: RequestLogEntry[];
 }
 
 /** Which files each daemon reads: `files` objects `c0..` under `${prefix}${d}/`. */
-export interface FileSet {
+interface FileSet {
   prefix: string;
   files: number;
 }
 
 const SHORT_SET: FileSet = { prefix: 'd', files: FILES };
-export const LONG_SET: FileSet = { prefix: 'e', files: LONG_FILES };
+const LONG_SET: FileSet = { prefix: 'e', files: LONG_FILES };
 
 /** Three daemons, eight readers each, reading their own share of the file set through one 60/s bucket. */
-export async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<string, string>, slug: string, label: string, args: string[], set: FileSet = SHORT_SET): Promise<SharingRun> {
+async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<string, string>, slug: string, label: string, args: string[], set: FileSet = SHORT_SET): Promise<SharingRun> {
   const mounts: Awaited<ReturnType<typeof mountExternal>>[] = [];
   for (let d = 0; d < DAEMONS; d++) mounts.push(await mountExternal(emu, dir, `${slug}-${d}`, ['--only-dir', `${set.prefix}${d}`, ...args]));
   // Let the bucket's token bucket refill after the mounts' own requests.
@@ -193,7 +192,6 @@ export async function sharingRun(emu: ExternalEmulator, dir: string, digests: Ma
       waits: s.counters.gcs_rate_waits ?? 0,
     })),
     windows,
-    log,
   };
 }
 
@@ -212,7 +210,7 @@ async function stallRun(emu: ExternalEmulator, dir: string, digest: string, labe
 }
 
 /** Writes `set`'s files of `bytes` each under the bucket, recording their digests. */
-export async function writeFileSet(root: string, set: FileSet, bytes: number, digests: Map<string, string>): Promise<void> {
+async function writeFileSet(root: string, set: FileSet, bytes: number, digests: Map<string, string>): Promise<void> {
   for (let d = 0; d < DAEMONS; d++) {
     await fsp.mkdir(join(root, BUCKET, `${set.prefix}${d}`), { recursive: true });
     for (let i = 0; i < set.files / DAEMONS; i++) {
@@ -224,7 +222,7 @@ export async function writeFileSet(root: string, set: FileSet, bytes: number, di
 }
 
 /** The shares of the long run per window, goodput and 429s over all of it: whether the rates converge. */
-export function convergenceTable(r: SharingRun): string[] {
+function convergenceTable(r: SharingRun): string[] {
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
   const inBand = (w: ShareWindow) => w.shares.every((x) => x >= 0.28 && x <= 0.39);
   return [
