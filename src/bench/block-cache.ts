@@ -4,7 +4,7 @@ import { BlockIndex, type BlockRow } from '../blocks/block-index.js';
 import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, sh, timed } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
 
 const N = 1_000_000;
 const MIB = 1024 * 1024;
@@ -137,8 +137,7 @@ export async function warmReadScenario(): Promise<string> {
  * by JavaScript plus those answered by the native path (a build without it reports none).
  */
 async function readStats(mountPoint: string): Promise<{ reads: number; nativeReads: number; bytes: number }> {
-  const r = await sh(GCSMOUNT, ['stats', mountPoint, '--json']);
-  const s = JSON.parse(r.stdout) as { counters: Record<string, number>; fuseOps: Record<string, { count: number }> };
+  const s = await mountStats(mountPoint);
   const nativeReads = s.counters.native_reads ?? 0;
   return { reads: (s.fuseOps.read?.count ?? 0) + nativeReads, nativeReads, bytes: s.counters.fuse_read_bytes ?? 0 };
 }

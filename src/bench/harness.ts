@@ -88,3 +88,16 @@ export async function peakRssMiB(pid: number): Promise<number> {
   const status = await fsp.readFile(`/proc/${pid}/status`, 'utf8');
   return Number(/VmHWM:\s+(\d+)/.exec(status)![1]) / 1024;
 }
+
+/** What `gcsmount stats MOUNTPOINT --json` reports (any build's daemon answers it). */
+export interface MountStats {
+  counters: Record<string, number>;
+  gauges: Record<string, number>;
+  fuseOps: Record<string, { count: number }>;
+}
+
+/** The stats of the daemon serving `mountPoint`, asked through `bin` (another build's, for a baseline). */
+export async function mountStats(mountPoint: string, bin = GCSMOUNT): Promise<MountStats> {
+  const r = await sh(bin, ['stats', mountPoint, '--json']);
+  return JSON.parse(r.stdout) as MountStats;
+}

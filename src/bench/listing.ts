@@ -1,6 +1,6 @@
 import { closeSync, openSync, promises as fsp, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, sh, timed } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
 
 const FILES = 10_000;
 
@@ -10,8 +10,7 @@ async function dropDentries(): Promise<void> {
 }
 
 async function fuseOps(bin: string, mountPoint: string): Promise<Record<string, number>> {
-  const r = await sh(bin, ['stats', mountPoint, '--json']);
-  const s = JSON.parse(r.stdout) as { fuseOps: Record<string, { count: number }> };
+  const s = await mountStats(mountPoint, bin);
   return Object.fromEntries(Object.entries(s.fuseOps).map(([op, v]) => [op, v.count]));
 }
 

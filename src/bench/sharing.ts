@@ -4,7 +4,7 @@ import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EmulatorKnobs, EmulatorStats, RequestLogEntry } from '../emulator/server.js';
-import { GCSMOUNT, sh, timed } from './harness.js';
+import { GCSMOUNT, mountStats, sh, timed } from './harness.js';
 
 const MIB = 1024 * 1024;
 const DAEMONS = 3;
@@ -76,15 +76,6 @@ async function mountExternal(emu: ExternalEmulator, dir: string, name: string, a
   return { path, logFile, unmount: async () => void (await sh('fusermount', ['-u', '-z', path])) };
 }
 
-interface DaemonStats {
-  counters: Record<string, number>;
-  gauges: Record<string, number>;
-}
-
-async function daemonStats(mountPoint: string): Promise<DaemonStats> {
-  const r = await sh(GCSMOUNT, ['stats', mountPoint, '--json']);
-  return JSON.parse(r.stdout) as DaemonStats;
-}
 
 /** One window of the run: each daemon's share of the media requests answered in it, and its 429s. */
 interface ShareWindow {
@@ -149,7 +140,7 @@ async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<strin
     ),
   );
   const log = await emu.log();
-  const per = await Promise.all(mounts.map((m) => daemonStats(m.path)));
+  const per = await Promise.all(mounts.map((m) => mountStats(m.path)));
   for (const m of mounts) await m.unmount();
   const api = log.filter((e) => e.kind !== 'other');
   const throttled = api.filter((e) => e.status === 429).length;
@@ -203,7 +194,7 @@ async function stallRun(emu: ExternalEmulator, dir: string, digest: string, labe
   const t = await timed(() => sh('sha256sum', [join(m.path, 'big.bin')]));
   if (t.result.code !== 0) throw new Error(`stall run: ${t.result.stderr}`);
   const stats = await emu.stats();
-  const s = await daemonStats(m.path);
+  const s = await mountStats(m.path);
   await m.unmount();
   const right = t.result.stdout.split(' ')[0] === digest;
   return `| ${label} | ${(stallRate * 100).toFixed(0)}% | ${t.seconds.toFixed(1)} s | ${stats.injected['body-stall']} | ${s.counters.gcs_stalls ?? 0} | ${s.counters.gcs_resumed_reads ?? 0} | ${stats.requests.media} | ${right ? 'yes' : '**NO**'} |`;
