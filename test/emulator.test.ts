@@ -13,6 +13,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Bucket, Storage as StorageType } from '@google-cloud/storage';
 import { runEmulatorCli } from '../src/emulator/cli.js';
+import { rfc3339 } from '../src/emulator/resources.js';
 import { startEmulator, type Emulator, type EmulatorKnobs } from '../src/emulator/server.js';
 
 // A bit-by-bit table CRC32C, deliberately not the library the emulator uses.
@@ -214,6 +215,14 @@ describe('generations', () => {
     await expect(bucket.file('gen/obj', { generation: stale }).download()).rejects.toMatchObject({ code: 404 });
     const up = await rawJson(`/upload/storage/v1/b/bkt/o?uploadType=media&name=gen/obj&ifGenerationMatch=0`, { method: 'POST', body: 'x' });
     expect(up.status).toBe(412);
+  });
+});
+
+describe('times', () => {
+  it('formats object times as Date.toISOString does, within one second and across seconds', () => {
+    // In an order that revisits a second after leaving it: the formatter keeps the last second's text.
+    const ms = [1_732_400_000_123, 1_732_400_000_999, 1_732_400_000_000, 1_732_400_001_005, 1_732_400_000_500, 0, -1, -1_001, 253_402_300_799_999];
+    for (const m of ms) expect(rfc3339(BigInt(m) * 1_000_000n + 456_789n)).toBe(new Date(m).toISOString());
   });
 });
 
