@@ -44,6 +44,15 @@ export async function hashHandle(fh: FileHandle, size: number): Promise<Hashes> 
   return { crc32c: crc32cBase64(crc), md5Hash: md5.digest('base64') };
 }
 
+/** One file version's hashes: being computed (`hashes`), and once known also `settled`, for callers that cannot wait. */
+interface HashEntry {
+  ino: bigint;
+  size: number;
+  mtimeNs: bigint;
+  hashes: Promise<Hashes>;
+  settled?: Hashes;
+}
+
 /**
  * Hashing a 100 MiB object on every metadata call would dominate a benchmark, so results are kept by
  * file version; concurrent callers for the same version share one computation. One version per path
@@ -51,7 +60,7 @@ export async function hashHandle(fh: FileHandle, size: number): Promise<Hashes> 
  * 1,000 of them per page.
  */
 export class HashCache {
-  private readonly entries = new Map<string, { ino: bigint; size: number; mtimeNs: bigint; hashes: Promise<Hashes> }>();
+  private readonly entries = new Map<string, HashEntry>();
 
   get(version: FileVersion, compute: () => Promise<Hashes>): Promise<Hashes> {
     let p = this.peek(version);
@@ -69,8 +78,17 @@ export class HashCache {
 
   /** The cached result for this version, if any, without computing it. */
   peek(version: FileVersion): Promise<Hashes> | undefined {
+    return this.entry(version)?.hashes;
+  }
+
+  /** The result for this version if it is known already (not still being computed). */
+  peekSettled(version: FileVersion): Hashes | undefined {
+    return this.entry(version)?.settled;
+  }
+
+  private entry(version: FileVersion): HashEntry | undefined {
     const e = this.entries.get(version.path);
-    return e && e.ino === version.ino && e.size === version.size && e.mtimeNs === version.mtimeNs ? e.hashes : undefined;
+    return e && e.ino === version.ino && e.size === version.size && e.mtimeNs === version.mtimeNs ? e : undefined;
   }
 
   /** Uploads hash their bytes before committing; this saves re-reading them afterwards. */
@@ -83,6 +101,11 @@ export class HashCache {
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    this.entries.set(version.path, { ino: version.ino, size: version.size, mtimeNs: version.mtimeNs, hashes: p });
+    const entry: HashEntry = { ino: version.ino, size: version.size, mtimeNs: version.mtimeNs, hashes: p };
+    this.entries.set(version.path, entry);
+    p.then(
+      (h) => (entry.settled = h),
+      () => undefined,
+    );
   }
 }

@@ -1,7 +1,7 @@
 // JSON routes: bucket metadata, bucket list, objects.list, object metadata, object delete.
 import { checkRead, checkWrite, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
-import { selects, type FieldTree } from './fields.js';
+import { project, selects, type FieldTree } from './fields.js';
 import { hashHandle, type Hashes } from './hashes.js';
 import { ListQueryError, listPage, parseListQuery } from './list.js';
 import { bucketResource, objectResource } from './resources.js';
@@ -45,17 +45,28 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
   const page = await listPage(store, bucket, q);
   // Hashing is the expensive part of a listing; skip it unless the caller's `fields` wants it.
   const wantHashes = wantsHashes(fields, ['items']);
-  const described = await mapLimit(page.items, wantHashes ? 8 : 64, (it) => describe(ctx, bucket, it.name, it.path, wantHashes));
+  const described = page.items.map((it) => describeKnown(ctx, bucket, it.name, it.path, wantHashes));
+  const toHash = described.flatMap((d, i) => (d === 'to hash' ? [i] : []));
+  await mapLimit(toHash, 8, async (i) => {
+    const it = page.items[i]!;
+    described[i] = await describeHashed(ctx, bucket, it.name, it.path);
+  });
   const encodings = await store.contentEncodings(bucket);
   const wanted = selectedKeys(fields, ['items']);
-  const items = described.filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes, encodings.of(d.obj), wanted));
+  // Every 'to hash' was replaced above.
+  const items = (described as Described[]).filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes, encodings.of(d.obj), wanted));
   // Field order as GCS sends it; empty lists are omitted, not sent as [].
   const body: Record<string, unknown> = { kind: 'storage#objects' };
   if (page.nextPageToken !== null) body.nextPageToken = page.nextPageToken;
   if (page.prefixes.length) body.prefixes = page.prefixes;
-  if (items.length) body.items = items;
-  await ctx.projected(body, fields);
+  // The items hold only the keys `fields` selects already (`wanted`): projected again, each would be
+  // copied key by key for nothing.
+  const out = project(body, fields) as Record<string, unknown>;
+  if (items.length && selects(fields, ['items'])) out.items = items;
+  await ctx.json(200, out);
 }
+
+type Described = { obj: StoredObject; hashes: Hashes | null } | null;
 
 export async function getObjectMetadata(ctx: RequestContext, bucket: string, name: string): Promise<void> {
   const fields = ctx.fields();
@@ -113,22 +124,23 @@ function wantsHashes(fields: FieldTree | null, at: string[]): boolean {
   return fields === null || selects(fields, [...at, 'crc32c']) || selects(fields, [...at, 'md5Hash']);
 }
 
-async function describe(
-  ctx: RequestContext,
-  bucket: string,
-  name: string,
-  path: string,
-  wantHashes: boolean,
-): Promise<{ obj: StoredObject; hashes: Hashes | null } | null> {
-  const { store } = ctx.shared;
-  const obj = store.statPathSync(bucket, name, path);
+/**
+ * An entry described without waiting: a stat, and its hashes if wanted and known for this version. A
+ * promise per entry cost more than the stat (a listing describes 1,000 per page), so only the entries
+ * still to be hashed ('to hash') take the asynchronous path.
+ */
+function describeKnown(ctx: RequestContext, bucket: string, name: string, path: string, wantHashes: boolean): Described | 'to hash' {
+  const obj = ctx.shared.store.statPathSync(bucket, name, path);
   if (!obj || !wantHashes) return obj && { obj, hashes: null };
   // An empty object's hashes are constants: listing 100,000 empty test objects opens none of them.
   if (obj.size === 0) return { obj, hashes: EMPTY_HASHES };
-  const cached = ctx.shared.hashes.peek(obj);
-  if (cached) return { obj, hashes: await cached };
-  // On a miss, hash through an open handle so the result is filed under the version it describes.
-  const opened = await store.openPath(bucket, name, path);
+  const known = ctx.shared.hashes.peekSettled(obj);
+  return known ? { obj, hashes: known } : 'to hash';
+}
+
+/** Hashes through an open handle, so the result is filed under the version it describes (or joins the hashing of that version under way). */
+async function describeHashed(ctx: RequestContext, bucket: string, name: string, path: string): Promise<Described> {
+  const opened = await ctx.shared.store.openPath(bucket, name, path);
   if (!opened) return null;
   try {
     return { obj: opened.obj, hashes: await hashesOf(ctx, opened) };
