@@ -49,6 +49,34 @@ describe('compact listings', () => {
     expect(alone.get('x')).toEqual({ kind: 'file', meta: odd });
   });
 
+  it('place a file among the rows by binary search and give the files next to it, across pages that share a key', () => {
+    const fileKeys = Array.from({ length: 30 }, (_, i) => `c.${i}`).sort(compareKeys);
+    const keys = [...fileKeys, 'c.1/', 'c.2/', 'd/'].sort(compareKeys); // folders among the files
+    const listing = new Listing('z/');
+    // Pages meet at a key both hold, and arrive out of order.
+    for (const [from, to] of [[20, keys.length], [0, 11], [10, 21]] as const) {
+      const page = keys.slice(from, to);
+      listing.add(ListingRun.of(page, page.map((k) => (k.endsWith('/') ? null : meta(`z/${k}`, 1)))));
+    }
+    const ordinals = fileKeys.map((k) => listing.fileOrdinal(k));
+    expect(ordinals.every((o, i) => o >= 0 && (i === 0 || o > ordinals[i - 1]!))).toBe(true);
+    fileKeys.forEach((_, i) => {
+      expect(listing.filesFrom(ordinals[i]!, 1, 3)).toEqual(fileKeys.slice(i + 1, i + 4));
+      expect(listing.filesFrom(ordinals[i]!, -1, 2)).toEqual(fileKeys.slice(Math.max(0, i - 2), i).reverse());
+    });
+    expect(listing.fileOrdinal('c.30')).toBe(-1);
+    expect(listing.fileOrdinal('d')).toBe(-1); // a folder, not a file
+    // A file under a folder of the same name is not visible, so neither placed nor given.
+    const shadowed = listingOf('p/', [
+      { name: 'a', entry: { kind: 'file', meta: meta('p/a', 1) } },
+      { name: 'x', entry: { kind: 'file', meta: meta('p/x', 1) } },
+      { name: 'x', entry: { kind: 'dir', mtimeMs: null } },
+      { name: 'y', entry: { kind: 'file', meta: meta('p/y', 1) } },
+    ]);
+    expect(shadowed.fileOrdinal('x')).toBe(-1);
+    expect(shadowed.filesFrom(shadowed.fileOrdinal('a'), 1, 5)).toEqual(['y']);
+  });
+
   it('are evicted as whole folders, least recently used, and one larger than the budget is never kept', () => {
     const metrics = new Metrics();
     const cache = new MetadataCache({ ttl: { kind: 'ms', ms: 60_000 }, negativeTtl: { kind: 'ms', ms: 5_000 }, statBudget: { kind: 'bytes', bytes: 3 * MIB }, typeBudget: { kind: 'bytes', bytes: MIB } }, metrics);

@@ -267,7 +267,12 @@ export class Listing {
   }
 
   private find(key: string): { run: ListingRun; i: number } | null {
-    // The last run starting at or before `key` (or the one before it, where two runs share a key).
+    const at = this.locate(key);
+    return at && { run: this.runs[at.r]!, i: at.i };
+  }
+
+  /** Run and row of `key`, by binary search: the last run starting at or before it (or the one before that, where two runs share a key). */
+  private locate(key: string): { r: number; i: number } | null {
     let lo = 0;
     let hi = this.runs.length;
     while (lo < hi) {
@@ -276,11 +281,49 @@ export class Listing {
       else hi = mid;
     }
     for (let r = lo - 1; r >= 0 && r >= lo - 2; r--) {
-      const run = this.runs[r]!;
-      const i = run.indexOf(key);
-      if (i >= 0) return { run, i };
+      const i = this.runs[r]!.indexOf(key);
+      if (i >= 0) return { r, i };
     }
     return null;
+  }
+
+  /**
+   * Where the file `name` sits among the rows present: a number that grows with the key order (directories
+   * and keys where two pages meet take numbers too), or -1 if it is not a visible file here. A binary
+   * search: a reader opening the files of a 100,000-name folder one by one is followed without building
+   * the folder's names on every open. Numbers shift when runs arrive, as positions in a growing list do.
+   */
+  fileOrdinal(name: string): number {
+    const at = this.locate(name);
+    if (!at || this.runs[at.r]!.isHidden(at.i)) return -1;
+    let ordinal = at.i;
+    for (let r = 0; r < at.r; r++) ordinal += this.runs[r]!.count;
+    return ordinal;
+  }
+
+  /** Up to `n` visible file names after (direction 1) or before (-1) the row `fileOrdinal` gave, nearest first. */
+  filesFrom(ordinal: number, direction: 1 | -1, n: number): string[] {
+    let r = 0;
+    let i = ordinal;
+    while (r < this.runs.length && i >= this.runs[r]!.count) i -= this.runs[r++]!.count;
+    const out: string[] = [];
+    if (r >= this.runs.length || i < 0) return out;
+    let last = this.runs[r]!.key(i);
+    while (out.length < n) {
+      i += direction;
+      if (i < 0 || i >= this.runs[r]!.count) {
+        r += direction;
+        if (r < 0 || r >= this.runs.length) break;
+        i = direction === 1 ? 0 : this.runs[r]!.count - 1;
+      }
+      const run = this.runs[r]!;
+      const key = run.key(i);
+      // Two pages meet at a key both hold: it is one entry.
+      if (key === last) continue;
+      last = key;
+      if (!run.isDir(i) && !run.isHidden(i)) out.push(key);
+    }
+    return out;
   }
 
   /** Visible names in key order, directories without their '/'. */

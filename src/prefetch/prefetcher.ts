@@ -3,6 +3,7 @@ import type { DiskCache } from '../blocks/disk-cache.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import { compareKeys } from '../namespace/listing.js';
 import type { Namespace } from '../namespace/namespace.js';
 import { baseName, childPath, parentPath } from '../namespace/paths.js';
 import type { PrefetchStore } from './prefetch-store.js';
@@ -118,21 +119,18 @@ export class Prefetcher {
     const previous = state.last;
     state.last = base;
     // Until two opens in a row go up in name order, the folder is not worth a listing.
-    if (!state.stream && !(base > previous)) return;
-    const files = (await this.deps.namespace.readdir(dir)).fileNames().sort();
-    const position = files.indexOf(base);
+    if (!state.stream && !(compareKeys(base, previous) > 0)) return;
+    const listing = await this.deps.namespace.readdir(dir);
+    const position = listing.fileOrdinal(base);
     if (position < 0) return;
     if (!state.stream) {
       state.stream = new ReadStream(this.deps.config.maxFilesAhead);
-      const before = files.indexOf(previous);
+      const before = listing.fileOrdinal(previous);
       if (before >= 0) state.stream.observe(before);
     }
     const advice = state.stream.observe(position);
     if (!advice) return;
-    const paths: string[] = [];
-    for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < files.length; i++, p += advice.direction) {
-      paths.push(childPath(dir, files[p]!));
-    }
+    const paths = listing.filesFrom(advice.from, advice.direction, advice.distance).map((name) => childPath(dir, name));
     const stream = state.stream;
     const epoch = stream.epoch;
     await this.fetchAll(paths, () => stream.epoch === epoch);
