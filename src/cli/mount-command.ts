@@ -19,7 +19,11 @@ export async function runMount(argv: string[]): Promise<number> {
     if (err instanceof OptionError) throw new UserError(`${err.message} (see gcsmount --help)`, EXIT.usage);
     throw err;
   }
-  if (!opts.values.foreground) return daemonize(argv, opts.values['start-timeout']);
+  if (!opts.values.foreground) {
+    // The daemonised child logs only to --log-file (if any): say here, once, which settings do nothing.
+    for (const notice of opts.notices) process.stderr.write(`gcsmount: ${notice}\n`);
+    return daemonize(argv, opts.values['start-timeout']);
+  }
   return runForeground(opts);
 }
 
@@ -40,7 +44,11 @@ function asUserError(err: unknown, bucket: string): UserError | null {
 }
 
 async function runForeground(opts: MountOptions): Promise<number> {
-  const { log, reopen } = createLogger({ severity: severityFrom(opts.values['log-severity']), file: opts.values['log-file'] || null });
+  const { log, reopen } = createLogger({
+    severity: severityFrom(opts.values['log-severity']),
+    file: opts.values['log-file'] || null,
+    format: opts.values['log-format'] === 'text' ? 'text' : 'json',
+  });
   for (const notice of opts.notices) log.warn({ notice }, notice);
   // logrotate moves the file and sends SIGHUP: write to a fresh file from here on.
   process.on('SIGHUP', () => {

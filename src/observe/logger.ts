@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { textDestination } from './log-text.js';
 
 export type { Logger };
 
@@ -25,13 +26,15 @@ export interface LoggerConfig {
   severity: Severity;
   /** A file to append to; null means stderr. */
   file: string | null;
+  /** gcsfuse's --log-format: JSON lines, or `key=value` text lines. */
+  format?: 'json' | 'text';
 }
 
 /** A logger, and how to reopen its file after logrotate moved it (on SIGHUP). */
 export function createLogger(cfg: LoggerConfig): { log: Logger; reopen(): void } {
   // Synchronous writes: a daemon that is SIGKILLed should leave its last lines in the log.
   const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true });
-  const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, dest);
+  const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, cfg.format === 'text' ? textDestination(dest) : dest);
   return { log, reopen: () => (cfg.file ? dest.reopen() : undefined) };
 }
 
