@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_REQUEST_RATE, RequestRate, type RateGrant, type RequestRateConfig } from '../src/gcs/request-rate.js';
+import { DEFAULT_REQUEST_RATE, RequestRate, requestRateForFlags, type RateGrant, type RequestRateConfig } from '../src/gcs/request-rate.js';
 import { StallTimeout } from '../src/gcs/stall-timeout.js';
 
 /** A clock and timer queue the test moves by hand. */
@@ -287,6 +287,15 @@ describe('request rate: AIMD', () => {
       r.succeeded(await r.acquire());
     }
     expect(r.rate).toBe(cut);
+  });
+
+  it('is built from the flags: --limit-ops-per-sec caps the rate also without a ramp (--initial-ops-per-sec 0)', () => {
+    expect(requestRateForFlags(0, -1)).toBeNull();
+    expect(requestRateForFlags(0, 0)).toBeNull();
+    const capOnly = requestRateForFlags(0, 50)!;
+    expect([capOnly.rate, capOnly.ceiling()]).toEqual([50, 50]);
+    expect(requestRateForFlags(5000, 50)!.ceiling()).toBe(50);
+    expect(requestRateForFlags(5000, -1)!.ceiling()).toBeCloseTo(5000, 0);
   });
 
   it('ramps the ceiling by doubling every period, within the hard max', async () => {

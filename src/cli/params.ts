@@ -583,7 +583,7 @@ export const PARAMS = [
     configKey: 'gcs-connection.limit-ops-per-sec',
     type: 'float',
     default: -1,
-    help: 'Hard cap on GCS requests per second from this daemon; -1 = none. Below it the rate adapts: cut to 0.9 of itself on a 429, +2/s per saturated second below the rate of the last 429 and doubling steps beyond it (0.95 and +1/s once its last six cuts came at about the same rate), so daemons sharing a bucket converge to equal shares',
+    help: 'Hard cap on GCS requests per second from this daemon (also with --initial-ops-per-sec 0, where the rate then starts at this cap); -1 = none. Below it the rate adapts: cut to 0.9 of itself on a 429, +2/s per saturated second below the rate of the last 429 and doubling steps beyond it (0.95 and +1/s once its last six cuts came at about the same rate), so daemons sharing a bucket converge to equal shares',
     group: 'GCS connection',
     effect: 'effective',
   },
@@ -596,7 +596,7 @@ export const PARAMS = [
     // bucket, so it starts at the whole bucket's initial capacity (alone, it never exceeds what GCS
     // promises a new bucket) and lets 429s find its share.
     default: 5000,
-    help: 'gcsmount: the request-rate ceiling at start, in requests/s; it doubles every 20 minutes (GCS\'s ramp-up guideline), within --limit-ops-per-sec; 0 = no request-rate limit',
+    help: 'gcsmount: the request-rate ceiling at start, in requests/s; it doubles every 20 minutes (GCS\'s ramp-up guideline), within --limit-ops-per-sec; 0 = no request-rate limit unless --limit-ops-per-sec sets one',
     group: 'GCS connection',
     effect: 'effective',
     min: 0,

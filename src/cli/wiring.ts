@@ -20,7 +20,7 @@ import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
-import { DEFAULT_REQUEST_RATE, RequestRate } from '../gcs/request-rate.js';
+import { requestRateForFlags } from '../gcs/request-rate.js';
 import { DEFAULT_RETRY } from '../gcs/retry.js';
 import { StallTimeout } from '../gcs/stall-timeout.js';
 import { OnceLog, type Logger } from '../observe/logger.js';
@@ -133,10 +133,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
   const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
   metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
-  const rate =
-    v['initial-ops-per-sec'] > 0
-      ? new RequestRate({ ...DEFAULT_REQUEST_RATE, initial: v['initial-ops-per-sec'], max: v['limit-ops-per-sec'] > 0 ? v['limit-ops-per-sec'] : Number.POSITIVE_INFINITY })
-      : null;
+  const rate = requestRateForFlags(v['initial-ops-per-sec'], v['limit-ops-per-sec']);
   if (rate) {
     metrics.setGauge('gcs_rate_limit', () => Math.round(rate.rate * 10) / 10);
     metrics.setGauge('gcs_rate_ceiling', () => Math.round(rate.ceiling()));

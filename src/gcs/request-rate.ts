@@ -167,6 +167,17 @@ const GROWTH_USE_FACTOR = 2;
 const SETTLED_CUTS = 6;
 const SETTLED_SPREAD = 0.3;
 
+/**
+ * The limiter gcsfuse's flags ask for: `initialOpsPerSec` (--initial-ops-per-sec, 0 = no ramp) and
+ * `limitOpsPerSec` (--limit-ops-per-sec, a hard cap; <= 0 = none). A cap alone starts the rate at the
+ * cap; neither means no limiter at all (429s then only halve the requests in flight).
+ */
+export function requestRateForFlags(initialOpsPerSec: number, limitOpsPerSec: number, base: Omit<RequestRateConfig, 'initial' | 'max'> = DEFAULT_REQUEST_RATE): RequestRate | null {
+  const max = limitOpsPerSec > 0 ? limitOpsPerSec : Number.POSITIVE_INFINITY;
+  const initial = initialOpsPerSec > 0 ? initialOpsPerSec : max;
+  return Number.isFinite(initial) ? new RequestRate({ ...base, initial, max }) : null;
+}
+
 export class RequestRate {
   private readonly now: () => number;
   private readonly wallNow: () => number;
