@@ -283,7 +283,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   for (const o of v.o) {
     if (o === 'allow_other') allowOther = true;
     else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
-    else if (o !== 'ro') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
+    // rw has its own notice (options.ts), logged with the others at start.
+    else if (o !== 'ro' && o !== 'rw') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
   }
   const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? v['cache-dir'] : null };
   const control = await startControlServer(
