@@ -165,6 +165,14 @@ describe('mount lifecycle and bad input', () => {
     }
   });
 
+  it('prints a subcommand\'s usage, and exits 0, for `gcsmount SUBCOMMAND --help`', async () => {
+    for (const sub of ['stats', 'unmount', 'warm', 'wait', 'cache']) {
+      const r = await gcsmount([sub, '--help']);
+      expect(r.code, `${sub}: ${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^usage: gcsmount ${sub} .*\n.+\n$`));
+    }
+  });
+
   it('refuses a mountpoint that is already mounted', async () => {
     const m = await mount({ tb });
     const r = await gcsmount([tb.bucket, m.path, '--custom-endpoint', tb.emulator.url]);

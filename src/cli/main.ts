@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { EXIT, UserError } from './exit.js';
 import { runCache } from './cache-command.js';
 import { runMount } from './mount-command.js';
-import { formatHelp, wantsHelp } from './options.js';
+import { formatHelp, subcommandHelp, wantsHelp } from './options.js';
 import { runStats } from './stats-command.js';
 import { runUnmount } from './unmount-command.js';
 import { runWait } from './wait-command.js';
@@ -31,7 +31,12 @@ export async function main(argv: string[]): Promise<void> {
       code = EXIT.ok;
     } else {
       const sub = SUBCOMMANDS[first];
-      if (sub) code = await sub(rest);
+      // The emulator has a help of its own; the others print their usage line.
+      const subHelp = first !== 'emulator' && (rest.includes('--help') || rest.includes('-h')) ? subcommandHelp(first) : null;
+      if (subHelp !== null) {
+        process.stdout.write(subHelp);
+        code = EXIT.ok;
+      } else if (sub) code = await sub(rest);
       else if (wantsHelp(argv)) {
         // gcsfuse users type --help anywhere on a mount command line.
         process.stdout.write(formatHelp());

@@ -465,6 +465,12 @@ const SUBCOMMANDS: readonly (readonly [string, string])[] = [
   ['gcsmount emulator --root DIR [--port N]', 'serve DIR as a local GCS emulator'],
 ];
 
+/** `gcsmount NAME --help`: the subcommand's usage line and what it does; null for an unknown name. */
+export function subcommandHelp(name: string): string | null {
+  const entry = SUBCOMMANDS.find(([usage]) => usage.startsWith(`gcsmount ${name} `));
+  return entry ? `usage: ${entry[0]}\n${entry[1]}\n` : null;
+}
+
 /** The full `gcsmount --help` text. */
 export function formatHelp(): string {
   const params = PARAMS as readonly Param[];
