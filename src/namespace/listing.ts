@@ -143,6 +143,42 @@ export class ListingRun {
 
   hide(i: number): void {
     this.flags[i]! |= HIDDEN;
+    this.ranks = null;
+  }
+
+  /** ranks[i]: the visible files among rows before i (ranks[count]: all of them); built on first use. */
+  private ranks: Uint32Array | null = null;
+
+  private fileRanks(): Uint32Array {
+    if (!this.ranks) {
+      const ranks = new Uint32Array(this.count + 1);
+      for (let i = 0; i < this.count; i++) ranks[i + 1] = ranks[i]! + (this.isVisibleFile(i) ? 1 : 0);
+      this.ranks = ranks;
+    }
+    return this.ranks;
+  }
+
+  isVisibleFile(i: number): boolean {
+    return (this.flags[i]! & (DIR | HIDDEN)) === 0;
+  }
+
+  /** Visible files among rows before row i. */
+  filesBefore(i: number): number {
+    return this.fileRanks()[i]!;
+  }
+
+  /** The row of the visible file with `rank` files before it in this run (0 <= rank < the run's files). */
+  rowOfFile(rank: number): number {
+    const ranks = this.fileRanks();
+    let lo = 0;
+    let hi = this.count - 1;
+    // The first row whose rank after it passes `rank`.
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (ranks[mid + 1]! > rank) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
   }
 
   /** Compares entry i's key with `key` without building a string (compareKeys order). */
@@ -288,40 +324,52 @@ export class Listing {
   }
 
   /**
-   * Where the file `name` sits among the rows present: a number that grows with the key order (directories
-   * and keys where two pages meet take numbers too), or -1 if it is not a visible file here. A binary
-   * search: a reader opening the files of a 100,000-name folder one by one is followed without building
-   * the folder's names on every open. Numbers shift when runs arrive, as positions in a growing list do.
+   * The files of run r that count as its own: a key run r shares with the next run (pages meet at a key
+   * both hold) counts in the next one, where `locate` finds it.
+   */
+  private ownFiles(r: number): number {
+    const run = this.runs[r]!;
+    const next = this.runs[r + 1];
+    const shared = next !== undefined && run.count > 0 && run.isVisibleFile(run.count - 1) && run.lastKey === next.firstKey;
+    return run.filesBefore(run.count) - (shared ? 1 : 0);
+  }
+
+  /**
+   * The file `name`'s index among the visible files present, in key order (0 for the first), or -1 if
+   * it is not a visible file here. By binary search: a reader opening the files of a 100,000-name folder
+   * one by one is followed without building the folder's names on every open. Indices shift when runs
+   * arrive, as positions in a growing list do.
    */
   fileOrdinal(name: string): number {
     const at = this.locate(name);
-    if (!at || this.runs[at.r]!.isHidden(at.i)) return -1;
-    let ordinal = at.i;
-    for (let r = 0; r < at.r; r++) ordinal += this.runs[r]!.count;
+    if (!at || !this.runs[at.r]!.isVisibleFile(at.i)) return -1;
+    let ordinal = this.runs[at.r]!.filesBefore(at.i);
+    for (let r = 0; r < at.r; r++) ordinal += this.ownFiles(r);
     return ordinal;
   }
 
-  /** Up to `n` visible file names after (direction 1) or before (-1) the row `fileOrdinal` gave, nearest first. */
-  filesFrom(ordinal: number, direction: 1 | -1, n: number): string[] {
-    let r = 0;
-    let i = ordinal;
-    while (r < this.runs.length && i >= this.runs[r]!.count) i -= this.runs[r++]!.count;
-    const out: string[] = [];
-    if (r >= this.runs.length || i < 0) return out;
-    let last = this.runs[r]!.key(i);
-    while (out.length < n) {
-      i += direction;
-      if (i < 0 || i >= this.runs[r]!.count) {
-        r += direction;
-        if (r < 0 || r >= this.runs.length) break;
-        i = direction === 1 ? 0 : this.runs[r]!.count - 1;
+  /** The visible file with this index (as `fileOrdinal` gives), or null past either end. */
+  fileAt(ordinal: number): string | null {
+    if (ordinal < 0) return null;
+    let rest = ordinal;
+    for (let r = 0; r < this.runs.length; r++) {
+      const own = this.ownFiles(r);
+      if (rest < own) {
+        const run = this.runs[r]!;
+        return run.key(run.rowOfFile(rest));
       }
-      const run = this.runs[r]!;
-      const key = run.key(i);
-      // Two pages meet at a key both hold: it is one entry.
-      if (key === last) continue;
-      last = key;
-      if (!run.isDir(i) && !run.isHidden(i)) out.push(key);
+      rest -= own;
+    }
+    return null;
+  }
+
+  /** Up to `n` visible file names after (direction 1) or before (-1) the file with index `ordinal`, nearest first. */
+  filesFrom(ordinal: number, direction: 1 | -1, n: number): string[] {
+    const out: string[] = [];
+    for (let k = 1; k <= n; k++) {
+      const name = this.fileAt(ordinal + k * direction);
+      if (name === null) break;
+      out.push(name);
     }
     return out;
   }
