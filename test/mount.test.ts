@@ -139,6 +139,8 @@ describe('mount lifecycle and bad input', () => {
     const home = await tempDir('home'); // no gcloud credentials in here
     const cases: { args: string[]; env?: NodeJS.ProcessEnv; code: number; message: RegExp }[] = [
       { args: ['nope', dir, '--custom-endpoint', tb.emulator.url], code: 4, message: /bucket nope does not exist/ },
+      // A bucket named like an Object property is a bucket, not a subcommand.
+      { args: ['constructor', dir, '--custom-endpoint', tb.emulator.url], code: 4, message: /bucket constructor does not exist/ },
       { args: [tb.bucket, join(dir, 'missing'), '--custom-endpoint', tb.emulator.url], code: 3, message: /mountpoint .* does not exist/ },
       { args: [tb.bucket, file, '--custom-endpoint', tb.emulator.url], code: 3, message: /is not a directory/ },
       { args: [tb.bucket, dir, '--custom-endpoint', tb.emulator.url, '--metadata-cache-ttl-secs', 'soon'], code: 2, message: /metadata-cache-ttl-secs/ },

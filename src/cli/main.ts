@@ -30,9 +30,10 @@ export async function main(argv: string[]): Promise<void> {
       process.stdout.write('gcsmount 0.1.0\n');
       code = EXIT.ok;
     } else {
-      const sub = SUBCOMMANDS[first];
+      // Own keys only: a bucket named `constructor` is a mount, not Object's constructor.
+      const sub = Object.hasOwn(SUBCOMMANDS, first) ? SUBCOMMANDS[first] : undefined;
       // The emulator has a help of its own; the others print their usage line.
-      const subHelp = first !== 'emulator' && (rest.includes('--help') || rest.includes('-h')) ? subcommandHelp(first) : null;
+      const subHelp = sub && first !== 'emulator' && wantsHelp(rest) ? subcommandHelp(first) : null;
       if (subHelp !== null) {
         process.stdout.write(subHelp);
         code = EXIT.ok;
