@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { translateMountArgs } from '../src/cli/mount-helper.js';
+import { jsonLineToText } from '../src/observe/log-text.js';
 import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, mount, REPO, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 
 // What an operator meets on day one: a port already taken, a mountpoint reached through a symlink, `df`,
@@ -49,6 +50,17 @@ describe('mount.gcsmount option translation', () => {
     const call = t('b', '/m', '-s', '-o', 'ro,mystery');
     expect(call.args).toEqual(['-o', 'ro', 'b', '/m']);
     expect(call.skipped).toEqual(['mystery']);
+  });
+});
+
+describe('--log-format text', () => {
+  it('writes key=value lines, quoting what needs it and escaping control characters', () => {
+    const line = `${JSON.stringify({ level: 40, time: 0, pid: 7, msg: 'a "b"', path: '/ab\x1b[2J', word: 'plain', n: 3, c1: 'x\u0085y', sep: 'a\u2028b' })}\n`;
+    expect(jsonLineToText(line)).toBe(
+      'time="1970-01-01T00:00:00.000Z" severity=WARNING message="a \\"b\\"" pid=7 path="/ab\\u001b[2J" word=plain n=3 c1="x\\u0085y" sep="a\\u2028b"\n',
+    );
+    // Not a record: passed on as it is.
+    for (const other of ['null\n', 'not json\n']) expect(jsonLineToText(other)).toBe(other);
   });
 });
 

@@ -93,15 +93,15 @@ export class HashCache {
 
   /** Uploads hash their bytes before committing; this saves re-reading them afterwards. */
   seed(version: FileVersion, hashes: Hashes): void {
-    this.remember(version, Promise.resolve(hashes));
+    this.remember(version, Promise.resolve(hashes), hashes);
   }
 
-  private remember(version: FileVersion, p: Promise<Hashes>): void {
+  private remember(version: FileVersion, p: Promise<Hashes>, settled?: Hashes): void {
     if (!this.entries.has(version.path) && this.entries.size >= MAX_ENTRIES) {
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    const entry: HashEntry = { ino: version.ino, size: version.size, mtimeNs: version.mtimeNs, hashes: p };
+    const entry: HashEntry = { ino: version.ino, size: version.size, mtimeNs: version.mtimeNs, hashes: p, settled };
     this.entries.set(version.path, entry);
     p.then(
       (h) => (entry.settled = h),
