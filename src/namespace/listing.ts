@@ -403,15 +403,6 @@ export class Listing {
     return out;
   }
 
-  /** Names of the files, in key order. */
-  fileNames(): string[] {
-    const out: string[] = [];
-    this.each((run, i, key) => {
-      if (!run.isDir(i)) out.push(key);
-    });
-    return out;
-  }
-
   /** Every visible entry as an object: for tests and small folders; large ones use names() and get(). */
   entries(): DirEntry[] {
     const out: DirEntry[] = [];
