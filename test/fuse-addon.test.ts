@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadFuse, OP, type FuseRequest } from '../src/fs/kernel.js';
-import { eventually, run, tempDir } from './helpers/harness.js';
+import { cleanupAll, eventually, run, tempDir } from './helpers/harness.js';
 
 /**
  * The addon on its own, mounted by this process with handlers that hold requests on purpose. Only other
@@ -15,6 +15,7 @@ describe('the FUSE addon', () => {
   afterAll(async () => {
     const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
     if (dir && text.split('\n').some((l) => l.split(' ')[4] === dir)) await run('fusermount3', ['-u', '-z', dir]);
+    await cleanupAll();
   });
 
   it('answers a request once, and an answer after an interrupt or after the mount is gone is harmless', async () => {

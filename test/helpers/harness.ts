@@ -30,8 +30,17 @@ export function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv
   });
 }
 
+/** Every folder tempDir made in this test file, removed by cleanupAll once nothing is mounted on it. */
+const tempDirs = new Set<string>();
+
+/**
+ * A new folder under the temporary dir, removed at the file's cleanupAll: a run writes gigabytes (buckets,
+ * block caches), and a suite that leaves them behind fills a small disk part-way through the next run.
+ */
 export async function tempDir(label: string): Promise<string> {
-  return fsp.mkdtemp(join(tmpdir(), `gcsmount-${label}-`));
+  const dir = await fsp.mkdtemp(join(tmpdir(), `gcsmount-${label}-`));
+  tempDirs.add(dir);
+  return dir;
 }
 
 /** Writes {name: content} as objects of `bucket` under an emulator root (buckets are folders). */
@@ -124,6 +133,20 @@ export async function cleanupAll(): Promise<void> {
   for (const path of [...liveMounts]) await unmount(path).catch(() => undefined);
   for (const d of liveDaemons) if (d.exitCode === null) d.kill('SIGKILL');
   liveDaemons.clear();
+  await removeTempDirs();
+}
+
+/**
+ * Removes the file's temporary folders, never one that holds a mount (rm would walk into the bucket). A
+ * daemon that is still exiting may write into its cache dir meanwhile: rm retries a folder that refills.
+ */
+async function removeTempDirs(): Promise<void> {
+  const mountPoints = (await fsp.readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => l.split(' ')[4]).filter((p): p is string => !!p);
+  for (const dir of [...tempDirs]) {
+    if (mountPoints.some((m) => m === dir || m.startsWith(`${dir}/`))) continue;
+    await fsp.rm(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }).catch(() => undefined);
+    tempDirs.delete(dir);
+  }
 }
 
 export async function sha256Of(path: string): Promise<string> {
