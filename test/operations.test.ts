@@ -188,4 +188,33 @@ describe('operating a mount', () => {
     await eventually(async () => (await fsp.readFile(m.logFile, 'utf8').catch(() => '')).includes('log file reopened'));
     await unmount(m.path);
   });
+
+  it("keeps answering right while its log's disk is full, and says in the log what it lost once there is room", async () => {
+    const logDir = await tempDir('logfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', logDir])).code).toBe(0);
+    try {
+      const m = await mount({ tb, foreground: true, logFile: join(logDir, 'gcsmount.log') });
+      // Full to the last byte: the log's own last page padded with blank lines, then a file over the rest.
+      const pad = 4096 - ((await fsp.stat(m.logFile)).size % 4096);
+      await fsp.appendFile(m.logFile, '\n'.repeat(pad));
+      await run('sh', ['-c', `dd if=/dev/zero of=${join(logDir, 'filler')} bs=4k 2>/dev/null; true`]);
+      // Every retry is logged: with the log's disk full, each one is a write that fails.
+      tb.emulator.setKnobs({ rate429: 0.4, retryAfterSeconds: null, seed: 11 });
+      try {
+        for (const name of ['data/part-1.bin', 'data/deep/nested.bin']) expect(await sha256Of(join(m.path, name))).toBe(sha256(files[name]!));
+      } finally {
+        tb.emulator.setKnobs({ rate429: 0, rate503: 0 });
+      }
+      const stats = JSON.parse((await run(GCSMOUNT, ['stats', m.path, '--json'])).stdout) as Stats;
+      expect(stats.counters.gcs_retries).toBeGreaterThan(0);
+      expect(stats.counters).toHaveProperty('log_lines_lost');
+      await fsp.rm(join(logDir, 'filler'));
+      // The lines held back go out within a few seconds, with one saying the log was full.
+      await eventually(async () => (await fsp.readFile(m.logFile, 'utf8')).includes('the log could not be written for a while'));
+      expect(m.daemon!.exitCode).toBeNull();
+      await unmount(m.path);
+    } finally {
+      await run('umount', ['-l', logDir]);
+    }
+  });
 });

@@ -44,7 +44,7 @@ function asUserError(err: unknown, bucket: string): UserError | null {
 }
 
 async function runForeground(opts: MountOptions): Promise<number> {
-  const { log, reopen } = createLogger({
+  const { log, reopen, lostLines } = createLogger({
     severity: severityFrom(opts.values['log-severity']),
     file: opts.values['log-file'] || null,
     format: opts.values['log-format'] === 'text' ? 'text' : 'json',
@@ -71,7 +71,7 @@ async function runForeground(opts: MountOptions): Promise<number> {
   let mount: FuseMount;
   let stop: () => Promise<void>;
   try {
-    ({ mount, stop } = await startDaemon(opts, log));
+    ({ mount, stop } = await startDaemon(opts, log, lostLines));
   } catch (err) {
     const userError = asUserError(err, opts.bucket);
     const message = userError?.message ?? `start-up failed: ${err instanceof Error ? err.message : String(err)}`;

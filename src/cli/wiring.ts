@@ -75,10 +75,10 @@ export interface RunningDaemon {
  * order (the mount unmounted, listeners closed, the index closed): a failed start never leaves a dead
  * mount ("Transport endpoint is not connected") for systemd's Restart= to trip over.
  */
-export async function startDaemon(opts: MountOptions, log: Logger): Promise<RunningDaemon> {
+export async function startDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number = () => 0): Promise<RunningDaemon> {
   const undo: (() => unknown)[] = [];
   try {
-    return await assembleDaemon(opts, log, undo);
+    return await assembleDaemon(opts, log, lostLogLines, undo);
   } catch (err) {
     for (const close of undo.reverse()) {
       try {
@@ -103,7 +103,7 @@ async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited
 }
 
 /** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
-async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unknown)[]): Promise<RunningDaemon> {
+async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[]): Promise<RunningDaemon> {
   const v = opts.values;
   const mountPoint = await prepareMountPoint(opts.mountPoint);
   // Checked before anything is started: a machine without FUSE gets one line naming what to install.
@@ -124,6 +124,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, undo: (() => unkn
   }
   const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
   const metrics = new Metrics();
+  metrics.addCounterSource('log_lines_lost', lostLogLines);
   // Listeners first: a port or socket that cannot be had fails the start before anything is mounted.
   const prometheus = v['prometheus-port'] > 0 ? await listenPrometheus(metrics, v['prometheus-port']) : null;
   if (prometheus) {

@@ -30,12 +30,49 @@ export interface LoggerConfig {
   format?: 'json' | 'text';
 }
 
-/** A logger, and how to reopen its file after logrotate moved it (on SIGHUP). */
-export function createLogger(cfg: LoggerConfig): { log: Logger; reopen(): void } {
+/** Log bytes held while the log's disk refuses writes (full, or failing); lines past this are dropped, and counted. */
+const LOG_BACKLOG_BYTES = 1024 * 1024;
+const LOG_RETRY_MS = 2_000;
+
+export interface DaemonLogger {
+  log: Logger;
+  /** Reopens the log file after logrotate moved it (on SIGHUP). */
+  reopen(): void;
+  /** Log lines dropped so far because the log could not be written. */
+  lostLines(): number;
+}
+
+export function createLogger(cfg: LoggerConfig): DaemonLogger {
   // Synchronous writes: a daemon that is SIGKILLed should leave its last lines in the log.
-  const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true });
+  const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true, maxLength: LOG_BACKLOG_BYTES });
   const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, cfg.format === 'text' ? textDestination(dest) : dest);
-  return { log, reopen: () => (cfg.file ? dest.reopen() : undefined) };
+  // A write error (ENOSPC on a full disk) is emitted as 'error', which throws into whatever called the
+  // logger when nobody listens: a read that logs would fail with EIO because the log's disk is full. The
+  // unwritten lines stay buffered and go out with the next write; past the backlog they are dropped.
+  // A quiet daemon may log nothing more for hours: the backlog is tried again every few seconds.
+  let lost = 0;
+  let reportedLost = 0;
+  let failure: string | null = null;
+  let retry: NodeJS.Timeout | null = null;
+  dest.on('error', (err: NodeJS.ErrnoException) => {
+    failure ??= err.code ?? err.message;
+    retry ??= setTimeout(() => {
+      retry = null;
+      dest.write('');
+    }, LOG_RETRY_MS).unref();
+  });
+  dest.on('drop', () => lost++);
+  dest.on('write', () => {
+    if (failure === null) return;
+    const cause = failure;
+    failure = null;
+    // Not from inside the destination's own write: the line goes out once this write has finished.
+    setImmediate(() => {
+      log.warn({ cause, lostLines: lost - reportedLost }, 'the log could not be written for a while; lines past the backlog were dropped');
+      reportedLost = lost;
+    });
+  });
+  return { log, reopen: () => (cfg.file ? dest.reopen() : undefined), lostLines: () => lost };
 }
 
 export const silentLogger: Logger = pino({ level: 'silent' });

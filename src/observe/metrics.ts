@@ -51,6 +51,7 @@ export const COUNTERS = {
   block_cache_short: 'cached blocks dropped for being shorter than indexed',
   block_cache_missing: 'cached blocks dropped because their file was gone',
   block_cache_write_errors: 'blocks that could not be written to the disk cache',
+  log_lines_lost: 'log lines dropped because the log could not be written (its disk full) for longer than a 1 MiB backlog',
   object_crc_mismatches: 'whole-object downloads that failed the object CRC32C',
   prefetch_files: 'files fetched ahead of any open (Zarr chunks, next files of a folder)',
   prefetch_bytes: 'bytes fetched ahead of any open',

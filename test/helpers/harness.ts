@@ -97,12 +97,14 @@ export interface MountRequest {
   mountPoint?: string;
   /** Added to the daemon's environment (e.g. HTTP_PROXY). */
   env?: NodeJS.ProcessEnv;
+  /** Where the daemon logs; a file in a new temporary folder by default. */
+  logFile?: string;
 }
 
 /** Mounts through the real CLI against the emulator and waits until the mount answers. */
 export async function mount(req: MountRequest): Promise<Mounted> {
   const path = req.mountPoint ?? (await tempDir('mnt'));
-  const logFile = join(await tempDir('log'), 'gcsmount.log');
+  const logFile = req.logFile ?? join(await tempDir('log'), 'gcsmount.log');
   const args = [req.tb.bucket, path, '--custom-endpoint', req.tb.emulator.url, '--log-file', logFile, '--log-severity', 'debug', ...(req.args ?? [])];
   liveMounts.add(path);
   if (!req.foreground) {
