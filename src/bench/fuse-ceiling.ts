@@ -27,9 +27,9 @@ const C_SOURCE = fileURLToPath(new URL('../../src/bench/memfs-libfuse3.c', impor
 /** A folder holding fuse-native 2.2.6 (`npm install --prefix DIR fuse-native@2.2.6`): the old layer's rows. */
 const OLD_LAYER_DIR = process.env.GCSMOUNT_FUSE_NATIVE_DIR;
 
-type Layer = 'addon' | 'libfuse2' | 'c-single' | 'c-multi';
+export type Layer = 'addon' | 'libfuse2' | 'c-single' | 'c-multi';
 
-interface Mode {
+export interface Mode {
   name: string;
   io: 'buffered' | 'direct';
   readAheadKb: number;
@@ -48,18 +48,18 @@ const MODES: Mode[] = [
 ];
 
 /** What a server reports: the JavaScript ones count their reads; the C one only its CPU (from /proc). */
-interface Counts {
+export interface Counts {
   reads: number | null;
   bytes: number | null;
   cpu: number;
 }
 
-interface Server {
+export interface Server {
   stats(): Promise<Counts>;
   stop(): Promise<void>;
 }
 
-async function startServer(mnt: string, mode: Mode, cBinary: string | null): Promise<Server> {
+export async function startServer(mnt: string, mode: Mode, cBinary: string | null): Promise<Server> {
   const [cmd, args] =
     mode.layer === 'addon'
       ? [process.execPath, [ADDON_SERVER, mnt, String(SIZE_MIB), mode.io, String(mode.readAheadKb)]]
@@ -98,7 +98,7 @@ async function startServer(mnt: string, mode: Mode, cBinary: string | null): Pro
 }
 
 /** Builds the C reference server; null (and why) when this machine cannot. */
-async function buildCServer(dir: string): Promise<{ binary: string | null; why: string }> {
+export async function buildCServer(dir: string): Promise<{ binary: string | null; why: string }> {
   const flags = await sh('pkg-config', ['--cflags', '--libs', 'fuse3']);
   if (flags.code !== 0) return { binary: null, why: 'pkg-config finds no fuse3 (libfuse3-dev)' };
   const binary = join(dir, 'memfs-libfuse3');
