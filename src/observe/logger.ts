@@ -58,7 +58,11 @@ export function createLogger(cfg: LoggerConfig): DaemonLogger {
     failure ??= err.code ?? err.message;
     retry ??= setTimeout(() => {
       retry = null;
-      dest.write('');
+      try {
+        dest.write('');
+      } catch {
+        // Destroyed meanwhile (the daemon is exiting): nothing left to write to.
+      }
     }, LOG_RETRY_MS).unref();
   });
   dest.on('drop', () => lost++);
