@@ -11,7 +11,7 @@ mnt="$work/mnt"
 mkdir -p "$mnt"
 emu_pid=""
 cleanup() {
-  if grep -qs " $mnt " /proc/mounts; then bin/gcsmount unmount "$mnt" || fusermount -u -z "$mnt" || true; fi
+  if grep -qs " $mnt " /proc/mounts; then bin/gcsmount unmount "$mnt" || fusermount3 -u -z "$mnt" || true; fi
   [ -n "$emu_pid" ] && kill "$emu_pid" 2>/dev/null || true
   rm -rf "$work"
 }
