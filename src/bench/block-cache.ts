@@ -4,7 +4,7 @@ import { BlockIndex, type BlockRow } from '../blocks/block-index.js';
 import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, dropPageCache, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
 
 const N = 1_000_000;
 const MIB = 1024 * 1024;
@@ -70,11 +70,6 @@ export async function indexScenario(): Promise<string> {
   } finally {
     await fsp.rm(dir, { recursive: true, force: true });
   }
-}
-
-async function dropPageCache(): Promise<void> {
-  await sh('sync', []);
-  await fsp.writeFile('/proc/sys/vm/drop_caches', '3').catch(() => undefined);
 }
 
 /** Warm reads through the mount (blocks on local disk) against `cat` of the same bytes from a plain file. */

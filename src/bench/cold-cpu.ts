@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, cleanup, daemonPid, GCSMOUNT, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -85,26 +85,6 @@ async function measureFloor(b: BenchBucket, object: string, cBinary: string): Pr
   for (let i = 0; i < 256; i++) crc = crc32c(piece, crc);
   const c = process.cpuUsage(c0);
   return { download: download.seconds, disk: disk.seconds, fuse, crc: (c.user + c.system) / 1e6 };
-}
-
-/**
- * This VM gives memory the guest frees back to its host (virtio-balloon free page reporting), and the
- * first write to such a page afterwards faults in the host, charged to whichever guest process wrote
- * it. A cold read fills a GiB of page cache with the FUSE reply copy, so the daemon paid 0.9-1.0 CPU-s
- * more for a second GiB than for the first when the first was still cached (measured: 2.0-2.2 against
- * 1.1 after dropping it). Dropping the page cache just before each measured read, for gcsmount and the
- * floor alike, lets the read reuse memory the guest has only just freed. Root only; says whether it did.
- */
-async function dropPageCache(): Promise<boolean> {
-  if (process.getuid?.() !== 0) return false;
-  await sh('sync', []);
-  await fsp.writeFile('/proc/sys/vm/drop_caches', '3');
-  return true;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
 /**
@@ -191,7 +171,7 @@ export async function coldCpuScenario(): Promise<string> {
   } else if (floorNote) floorRows.push('', floorNote);
   return [
     `Emulator: 50 ms to first byte, 50 MiB/s per response; gcsmount defaults (4 MiB blocks, 16 range GETs); \`cat\` of a 1 GiB object. ${ROUNDS} rounds, builds in turn within each. Load average before ${loadBefore}, after ${loadAfter}.`,
-    `Page cache ${dropped ? 'dropped before each measured read, gcsmount\'s and the floor\'s (see dropPageCache in src/bench/cold-cpu.ts)' : 'not dropped (not root): figures include the host\'s faults on fresh memory'}.`,
+    `Page cache ${dropped ? 'dropped before each measured read, gcsmount\'s and the floor\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): figures include the host\'s faults on fresh memory'}.`,
     '',
     '| build | --cache-dir | daemon CPU s, first GiB of a fresh daemon (median) | range | user / sys (median) | CPU s, a second GiB on the same mount (median) | range |',
     '|---|---|---|---|---|---|---|',

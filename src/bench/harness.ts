@@ -20,6 +20,28 @@ export function sh(cmd: string, args: string[], timeoutMs = 30 * 60_000): Promis
   });
 }
 
+/** The middle value (the mean of the two middle ones for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/**
+ * Empties the OS page cache (root only; says whether it did). Besides making a read cold, it matters
+ * for CPU figures on this VM: it gives memory the guest frees back to its host (virtio-balloon free
+ * page reporting), and the first write to such a page afterwards faults in the host, charged to
+ * whichever guest process wrote it. A cold read fills a GiB of page cache with the FUSE reply copy, so
+ * the daemon paid 0.9-1.0 CPU-s more for a second GiB than for the first when the first was still
+ * cached (measured: 2.0-2.2 against 1.1 after dropping it). Dropping the page cache just before a
+ * measured read lets it reuse memory the guest has only just freed.
+ */
+export async function dropPageCache(): Promise<boolean> {
+  if (process.getuid?.() !== 0) return false;
+  await sh('sync', []);
+  await fsp.writeFile('/proc/sys/vm/drop_caches', '3');
+  return true;
+}
+
 export async function timed<T>(work: () => Promise<T>): Promise<{ seconds: number; result: T }> {
   const t0 = performance.now();
   const result = await work();
