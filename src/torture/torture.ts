@@ -210,7 +210,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       d.kill('SIGTERM');
       await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
     }
-    await new Promise<void>((r) => spawn('fusermount', ['-u', '-z', mnt], { stdio: 'ignore' }).on('close', () => r()));
+    await new Promise<void>((r) => spawn('fusermount3', ['-u', '-z', mnt], { stdio: 'ignore' }).on('close', () => r()));
     await emulator.close();
     await fsp.rm(dir, { recursive: true, force: true });
   }
