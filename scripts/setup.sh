@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 # libfuse3-dev: headers and pkg-config for the FUSE addon
 # (native/, built by npm ci). fuse3: libfuse3 at run time, fusermount3 and /etc/fuse.conf.
 # python3-zarr/xarray/numpy: the Zarr acceptance tests, run with /usr/bin/python3. systemd: systemd-analyze
-# verify checks the unit file.
-APT_PACKAGES=(libfuse3-dev fuse3 pkg-config python3-zarr python3-xarray python3-numpy systemd)
+# verify checks the unit file. curl: the benchmarks' download ceiling and floor (no gcsmount code in them).
+APT_PACKAGES=(libfuse3-dev fuse3 pkg-config python3-zarr python3-xarray python3-numpy systemd curl)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

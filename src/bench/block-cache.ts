@@ -98,14 +98,14 @@ export async function warmReadScenario(): Promise<string> {
         const plain = await timed(() => sh('sh', ['-c', `cat ${source} > /dev/null`]));
         const m = await mountBench(b, ['--cache-dir', cacheDir], bin);
         const pid = await daemonPid(m.path);
-        b.emulator.resetStats();
+        await b.emulator.resetStats();
         if (pageCache === 'dropped') await dropPageCache();
         const before = await readStats(m.path);
         const cpu0 = pid ? await cpuSeconds(pid) : NaN;
         const viaMount = await timed(() => sh('sh', ['-c', `cat ${join(m.path, 'one-gib.bin')} > /dev/null`]));
         const cpu1 = pid ? await cpuSeconds(pid) : NaN;
         const after = await readStats(m.path);
-        const media = b.emulator.stats().requests.media;
+        const media = (await b.emulator.stats()).requests.media;
         await m.unmount();
         await new Promise((r) => setTimeout(r, 1500));
         const reads = after.reads - before.reads;

@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, cleanup, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -51,13 +51,11 @@ interface Floor {
 }
 
 async function measureFloor(b: BenchBucket, object: string, cBinary: string): Promise<Floor> {
-  const url = `${b.emulator.url}/download/storage/v1/b/${b.bucket}/o/${encodeURIComponent(object)}?alt=media`;
-  const groups = Array.from({ length: 1024 / 4 }, (_, i) => [`url = "${url}"`, `range = ${i * BLOCK}-${(i + 1) * BLOCK - 1}`, 'output = /dev/null', 'write-out = "%{size_download}\\n"'].join('\n'));
-  const config = join(b.dir, 'floor-curl.cfg');
-  await fsp.writeFile(config, `parallel\nparallel-max = ${STREAMS}\n${groups.join('\nnext\n')}\n`);
+  const ranges = Array.from({ length: 1024 / 4 }, (_, i) => ({ object, from: i * BLOCK, to: (i + 1) * BLOCK }));
+  const config = await curlRangesConfig(b, ranges, STREAMS, join(b.dir, 'floor-curl.cfg'));
   await dropPageCache();
   const download = await childCpu(`curl -s -K ${config}`);
-  const bytes = download.stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
+  const bytes = curlBytes(download.stdout);
   if (bytes !== 1024 * MIB) throw new Error(`floor: curl received ${bytes} bytes, not 1 GiB`);
 
   const file = join(b.dir, 'floor-disk.bin');
@@ -108,7 +106,7 @@ export async function coldCpuScenario(): Promise<string> {
     const dir = join(b.root, b.bucket);
     for (const name of ['first.bin', 'second.bin']) await sh('dd', ['if=/dev/urandom', `of=${join(dir, name)}`, 'bs=1M', 'count=1024', 'status=none']);
     // Emulator defaults as in the data-path scenario: 50 ms to first byte, 50 MiB/s per response.
-    b.emulator.setKnobs({ latencyMs: 50, bandwidthBytesPerSec: 50 * MIB });
+    await b.emulator.setKnobs({ latencyMs: 50, bandwidthBytesPerSec: 50 * MIB });
     const c = await buildCServer(b.dir);
     if (!c.binary) floorNote = `no floor: ${c.why}`;
     for (let r = 0; r < ROUNDS; r++) {

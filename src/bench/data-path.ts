@@ -1,43 +1,43 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
-import { HttpObjectClient } from '../gcs/http-client.js';
-import { DEFAULT_RETRY } from '../gcs/retry.js';
-import { silentLogger } from '../observe/logger.js';
-import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, dropPageCache, median, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
+import {
+  benchBucket, cleanup, cpuSeconds, curlBytes, curlRangesConfig, daemonPid, dropPageCache, median, mountBench, peakRssMiB, sh, timed, type BenchBucket, type CurlRange,
+} from './harness.js';
 
 const MIB = 1024 * 1024;
 /** gcsmount's defaults on this machine: 4 MiB blocks, max(16, 2 x CPUs) = 16 range GETs in flight. */
 const BLOCK = 4 * MIB;
-const PARALLEL = 16;
 const LATENCY_MS = 50;
 const BANDWIDTH = 50 * MIB; // per response, like one GCS stream
+/** The ceiling's stream counts: the best of them is what the machine does without gcsmount. */
+const STREAM_SWEEP = [4, 8, 16, 32, 64, 128];
 
 /**
- * Runs `jobs` with at most `limit` in flight, each worker downloading into a block buffer of its own that
- * it reuses, as the daemon reuses its pooled block buffers.
+ * The ceiling of one round: curl downloading the same ranges from the emulator (its own process) to
+ * /dev/null at each stream count of the sweep, the page cache dropped before each; the fastest.
  */
-async function pool<T>(limit: number, jobs: ((into: Buffer) => Promise<T>)[]): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: limit }, async () => {
-    const into = Buffer.allocUnsafe(BLOCK);
-    while (next < jobs.length) await jobs[next++]!(into);
-  }));
+async function ceiling(b: BenchBucket, ranges: CurlRange[]): Promise<{ seconds: number; streams: number; sweep: number[] }> {
+  const want = ranges.reduce((sum, r) => sum + r.to - r.from, 0);
+  const sweep: number[] = [];
+  for (const streams of STREAM_SWEEP) {
+    const config = await curlRangesConfig(b, ranges, streams, join(b.dir, `ceiling-${streams}.cfg`));
+    await dropPageCache();
+    const t = await timed(() => sh('curl', ['-s', '-K', config]));
+    const got = curlBytes(t.result.stdout);
+    if (t.result.code !== 0 || got !== want) throw new Error(`ceiling: curl with ${streams} streams got ${got} of ${want} bytes: ${t.result.stderr.trim()}`);
+    sweep.push(t.seconds);
+  }
+  const best = sweep.indexOf(Math.min(...sweep));
+  return { seconds: sweep[best]!, streams: STREAM_SWEEP[best]!, sweep };
 }
 
-function ceilingClient(b: BenchBucket): HttpObjectClient {
-  return new HttpObjectClient({
-    endpoint: { origin: b.emulator.url, custom: true },
-    bucket: b.bucket,
-    auth: null,
-    maxConnections: 0,
-    timeoutMs: 0,
-    retry: DEFAULT_RETRY,
-    concurrency: new AdaptiveConcurrency({ max: 100, min: 1, cooldownMs: 1000 }),
-    log: silentLogger,
-    metrics: new Metrics(),
-  });
+/** Asks the emulator for each object's metadata once, so it hashes them outside the timings. */
+async function hashOnce(b: BenchBucket, objects: string[]): Promise<void> {
+  for (const o of objects) {
+    const res = await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o/${encodeURIComponent(o)}`);
+    if (!res.ok) throw new Error(`emulator: ${o}: HTTP ${res.status}`);
+    await res.arrayBuffer();
+  }
 }
 
 /** Each scenario runs this many times, ceiling and mount in turn: the shared host's noise moves single runs. */
@@ -45,6 +45,10 @@ const ROUNDS = 3;
 
 interface Round {
   ceilingS: number;
+  /** The stream count of the ceiling's best run. */
+  ceilingStreams: number;
+  /** The ceiling's seconds at each count of STREAM_SWEEP. */
+  sweep: number[];
   mountS: number;
   media: number;
   rss: number;
@@ -59,71 +63,73 @@ interface Row {
 }
 
 /**
- * Cold reads through the mount against the ceiling measured in the same run: the same undici Pool
- * downloading the same ranges straight into memory, with the same parallelism, without FUSE.
+ * Cold reads through the mount against the ceiling measured in the same run: curl downloading the same
+ * ranges from the same emulator, in its own process, at the best of a sweep of stream counts, no FUSE.
  */
 export async function dataPathScenario(): Promise<string> {
   const b = await benchBucket('data-bench');
   const rows: Row[] = [];
-  const client = ceilingClient(b);
   let pageCacheDropped = false;
   try {
     const dir = join(b.root, b.bucket);
     await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'one-gib.bin')}`, 'bs=1M', 'count=1024', 'status=none']);
     await fsp.mkdir(join(dir, 'small'));
     for (let i = 0; i < 256; i++) await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'small', `c${i}`)}`, 'bs=1M', 'count=1', 'status=none']);
-    // Let the emulator hash everything once, outside the timings.
-    const big = (await client.statObject('one-gib.bin'))!;
-    const smalls = await Promise.all(Array.from({ length: 256 }, async (_, i) => (await client.statObject(`small/c${i}`))!));
-    b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
+    const smallNames = Array.from({ length: 256 }, (_, i) => `small/c${i}`);
+    await hashOnce(b, ['one-gib.bin', ...smallNames]);
+    await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
-    const measure = async (scenario: string, bytes: number, ceiling: () => Promise<void>, viaMount: (mnt: string) => Promise<void>, diskCache = true) => {
+    const measure = async (scenario: string, ranges: CurlRange[], viaMount: (mnt: string) => Promise<void>, { diskCache = true, args = [] as string[] } = {}) => {
       const rounds: Round[] = [];
       for (let r = 0; r < ROUNDS; r++) {
-        // Before each side alike: both then read the emulator's files from disk, as a cold bucket would be.
-        await dropPageCache();
-        const c = await timed(ceiling);
-        const m = await mountBench(b, diskCache ? ['--cache-dir', join(b.dir, `cache-${rows.length}-${r}`)] : []);
+        const c = await ceiling(b, ranges);
+        const m = await mountBench(b, [...(diskCache ? ['--cache-dir', join(b.dir, `cache-${rows.length}-${r}`)] : []), ...args]);
         const pid = await daemonPid(m.path);
-        // The daemon's CPU figure then leaves out the host's faults on memory the guest had freed.
+        // As before each of the ceiling's runs: both read the emulator's files from disk, as a cold bucket
+        // would be, and the daemon's CPU figure leaves out the host's faults on memory the guest had freed.
         pageCacheDropped = await dropPageCache();
-        b.emulator.resetStats();
+        await b.emulator.resetStats();
         const cpu0 = pid ? await cpuSeconds(pid) : NaN;
         const t = await timed(() => viaMount(m.path));
         const cpu = pid ? (await cpuSeconds(pid)) - cpu0 : NaN;
-        const media = b.emulator.stats().requests.media;
+        const media = (await b.emulator.stats()).requests.media;
         const rss = pid ? await peakRssMiB(pid) : NaN;
         await m.unmount();
-        rounds.push({ ceilingS: c.seconds, mountS: t.seconds, media, rss, cpu });
+        rounds.push({ ceilingS: c.seconds, ceilingStreams: c.streams, sweep: c.sweep, mountS: t.seconds, media, rss, cpu });
       }
-      rows.push({ scenario, bytes, rounds });
+      rows.push({ scenario, bytes: ranges.reduce((sum, x) => sum + x.to - x.from, 0), rounds });
     };
 
+    const blocks = Array.from({ length: 1024 * MIB / BLOCK }, (_, i) => ({ object: 'one-gib.bin', from: i * BLOCK, to: (i + 1) * BLOCK }));
     await measure(
       'cold sequential read of a 1 GiB object (`cat`)',
-      big.size,
-      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
+      blocks,
       (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
     );
     await measure(
       'the same, without --cache-dir (no block writes to disk)',
-      big.size,
-      () => pool(PARALLEL, Array.from({ length: big.size / BLOCK }, (_, i) => (into: Buffer) => client.readRange(big, i * BLOCK, (i + 1) * BLOCK, into).then(() => undefined))),
+      blocks,
       (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
-      false,
+      { diskCache: false },
+    );
+    // The defaults above keep 16 range GETs in flight on this machine; this row lets gcsmount have the
+    // ceiling's best stream count, to tell its parallelism from its CPU cost as the limit.
+    await measure(
+      'the same as the first, with 64 range GETs in flight (`--file-cache-max-parallel-downloads 64 --file-cache-parallel-downloads-per-file 64 --sequential-read-size-mb 256 --read-global-max-blocks 80`)',
+      blocks,
+      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+      { args: ['--file-cache-max-parallel-downloads', '64', '--file-cache-parallel-downloads-per-file', '64', '--sequential-read-size-mb', '256', '--read-global-max-blocks', '80'] },
     );
     await measure(
       '16 parallel readers of 256 files of 1 MiB',
-      256 * MIB,
-      () => pool(PARALLEL, smalls.map((o) => (into: Buffer) => client.readRange(o, 0, o.size, into).then(() => undefined))),
+      smallNames.map((object) => ({ object, from: 0, to: MIB })),
       (mnt) =>
         Promise.all(Array.from({ length: 16 }, (_, r) => sh('sh', ['-c', `cat ${Array.from({ length: 16 }, (_, k) => join(mnt, 'small', `c${r * 16 + k}`)).join(' ')} > /dev/null`]))).then(() => undefined),
     );
     const offsets = Array.from({ length: 200 }, (_, i) => ((i * 7919) % 16384) * 65536);
     await measure(
       '200 random 64 KiB reads of the 1 GiB object, 8 at a time',
-      200 * 65536,
-      () => pool(8, offsets.map((o) => (into: Buffer) => client.readRange(big, o, o + 65536, into).then(() => undefined))),
+      offsets.map((o) => ({ object: 'one-gib.bin', from: o, to: o + 65536 })),
       (mnt) =>
         sh('/usr/bin/python3', ['-c', `
 import os
@@ -137,18 +143,24 @@ with ThreadPoolExecutor(8) as ex:
         }),
     );
   } finally {
-    await client.close();
     await cleanup(b);
   }
   const mbps = (bytes: number, s: number) => (bytes / MIB / s).toFixed(0);
   return [
-    `Emulator: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. gcsmount defaults (4 MiB blocks, 16 range GETs in flight), a fresh --cache-dir per run unless stated. ${ROUNDS} runs per scenario, ceiling and mount in turn; medians, and the range of the per-run ratios. Page cache ${pageCacheDropped ? 'dropped before each read, the ceiling\'s and the mount\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): CPU figures include the host\'s faults on fresh memory'}.`,
+    `Emulator in its own process: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. Ceiling: curl downloading the same byte ranges (4 MiB range GETs for the 1 GiB object, whole files, 64 KiB ranges) to /dev/null at ${STREAM_SWEEP.join(', ')} streams, the fastest; in brackets, the stream counts that were fastest. gcsmount defaults (4 MiB blocks, 16 range GETs in flight), a fresh --cache-dir per run unless stated. ${ROUNDS} runs per scenario, ceiling and mount in turn; medians, and the range of the per-run ratios. Page cache ${pageCacheDropped ? 'dropped before each read, the ceiling\'s and the mount\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): CPU figures include the host\'s faults on fresh memory'}.`,
     '',
-    '| scenario | ceiling (Pool, no FUSE) | gcsmount cold | ratio (median) | ratio (range) | media requests | daemon peak RSS | daemon CPU s per GiB (median) |',
+    '| scenario | ceiling (curl, no FUSE) | gcsmount cold | ratio (median) | ratio (range) | media requests | daemon peak RSS | daemon CPU s per GiB (median) |',
     '|---|---|---|---|---|---|---|---|',
     ...rows.map((r) => {
       const ratios = r.rounds.map((x) => x.ceilingS / x.mountS);
-      return `| ${r.scenario} | ${mbps(r.bytes, median(r.rounds.map((x) => x.ceilingS)))} MiB/s | ${mbps(r.bytes, median(r.rounds.map((x) => x.mountS)))} MiB/s | ${median(ratios).toFixed(2)} | ${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)} | ${median(r.rounds.map((x) => x.media))} | ${Math.max(...r.rounds.map((x) => x.rss)).toFixed(0)} MiB | ${median(r.rounds.map((x) => x.cpu / (r.bytes / 2 ** 30))).toFixed(2)} |`;
+      const streams = [...new Set(r.rounds.map((x) => x.ceilingStreams))].sort((x, y) => x - y).join(', ');
+      return `| ${r.scenario} | ${mbps(r.bytes, median(r.rounds.map((x) => x.ceilingS)))} MiB/s (${streams}) | ${mbps(r.bytes, median(r.rounds.map((x) => x.mountS)))} MiB/s | ${median(ratios).toFixed(2)} | ${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)} | ${median(r.rounds.map((x) => x.media))} | ${Math.max(...r.rounds.map((x) => x.rss)).toFixed(0)} MiB | ${median(r.rounds.map((x) => x.cpu / (r.bytes / 2 ** 30))).toFixed(2)} |`;
     }),
+    '',
+    'The ceiling at each stream count (curl, medians of the rounds): gcsmount reads with 16 range GETs in flight by default (max(16, 2 x CPUs)).',
+    '',
+    `| scenario | ${STREAM_SWEEP.map((n) => `${n} streams`).join(' | ')} |`,
+    `|---|${STREAM_SWEEP.map(() => '---|').join('')}`,
+    ...rows.map((r) => `| ${r.scenario} | ${STREAM_SWEEP.map((_, i) => `${mbps(r.bytes, median(r.rounds.map((x) => x.sweep[i]!)))} MiB/s`).join(' | ')} |`),
   ].join('\n');
 }

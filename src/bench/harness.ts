@@ -1,14 +1,14 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startEmulator, type Emulator, type EmulatorKnobs } from '../emulator/server.js';
+import type { EmulatorKnobs, EmulatorStats, RequestLogEntry } from '../emulator/server.js';
 
 /**
- * What every benchmark scenario needs: an emulator in this process, a real mount by the real CLI in
- * another, and commands run as separate processes (this process must never touch the mount itself:
- * the daemon would wait on this event loop for the emulator's answer).
+ * What every benchmark scenario needs: the emulator in a process of its own, a real mount by the real
+ * CLI in another, and commands run as separate processes (this process must never touch the mount
+ * itself while it waits on the daemon).
  */
 export const GCSMOUNT = fileURLToPath(new URL('../../bin/gcsmount', import.meta.url));
 
@@ -42,16 +42,88 @@ export async function dropPageCache(): Promise<boolean> {
   return true;
 }
 
+/** One range GET of a curl download: bytes [from, to) of an object. */
+export interface CurlRange {
+  object: string;
+  from: number;
+  to: number;
+}
+
+/**
+ * Writes a curl config (for `curl -s -K FILE`) that downloads `ranges` from the emulator, `parallel` at a
+ * time, to /dev/null, printing each transfer's size: a download done by the machine's own tool, no
+ * gcsmount code, for ceilings and floors.
+ */
+export async function curlRangesConfig(b: BenchBucket, ranges: CurlRange[], parallel: number, file: string): Promise<string> {
+  const url = (object: string) => `${b.emulator.url}/download/storage/v1/b/${b.bucket}/o/${encodeURIComponent(object)}?alt=media`;
+  const groups = ranges.map((r) => [`url = "${url(r.object)}"`, `range = ${r.from}-${r.to - 1}`, 'output = /dev/null', 'write-out = "%{size_download}\\n"'].join('\n'));
+  await fsp.writeFile(file, `parallel\nparallel-max = ${parallel}\n${groups.join('\nnext\n')}\n`);
+  return file;
+}
+
+/** The bytes curl reported for its transfers (the write-out lines of curlRangesConfig). */
+export function curlBytes(stdout: string): number {
+  return stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
+}
+
 export async function timed<T>(work: () => Promise<T>): Promise<{ seconds: number; result: T }> {
   const t0 = performance.now();
   const result = await work();
   return { seconds: (performance.now() - t0) / 1000, result };
 }
 
+/**
+ * The emulator in a process of its own, as GCS is: neither the bench's own work (a ceiling's client,
+ * its bookkeeping) nor the daemons' load shares its event loop, and its CPU time is its own. Controlled
+ * through its control routes (/_knobs, /_stats, /_log, /_reset).
+ */
+export interface ExternalEmulator {
+  url: string;
+  pid: number;
+  setKnobs(k: Partial<EmulatorKnobs>): Promise<void>;
+  stats(): Promise<EmulatorStats>;
+  requestLog(): Promise<RequestLogEntry[]>;
+  resetStats(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function startExternalEmulator(root: string, knobs: Partial<EmulatorKnobs> = {}): Promise<ExternalEmulator> {
+  const proc: ChildProcess = spawn(GCSMOUNT, ['emulator', '--root', root, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    proc.once('exit', (code) => reject(new Error(`emulator exited ${code}`)));
+  });
+  const call = async <T>(path: string, init?: RequestInit): Promise<T> => {
+    const res = await fetch(`${url}${path}`, init);
+    if (!res.ok) throw new Error(`emulator ${path}: HTTP ${res.status} ${await res.text()}`);
+    return (await res.json()) as T;
+  };
+  const emulator: ExternalEmulator = {
+    url,
+    pid: proc.pid!,
+    setKnobs: async (k) => void (await call('/_knobs', { method: 'POST', body: JSON.stringify(k) })),
+    stats: () => call<EmulatorStats>('/_stats'),
+    requestLog: () => call<RequestLogEntry[]>('/_log'),
+    resetStats: async () => void (await call('/_reset', { method: 'POST' })),
+    close: async () => {
+      proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+  if (Object.keys(knobs).length > 0) await emulator.setKnobs(knobs);
+  return emulator;
+}
+
 export interface BenchBucket {
   root: string;
   bucket: string;
-  emulator: Emulator;
+  emulator: ExternalEmulator;
   dir: string;
 }
 
@@ -59,7 +131,7 @@ export async function benchBucket(bucket: string, knobs: Partial<EmulatorKnobs> 
   const dir = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-bench-'));
   const root = join(dir, 'root');
   await fsp.mkdir(join(root, bucket), { recursive: true });
-  const emulator = await startEmulator({ root, port: 0, knobs });
+  const emulator = await startExternalEmulator(root, knobs);
   return { root, bucket, emulator, dir };
 }
 
@@ -74,7 +146,7 @@ export async function mountBench(b: BenchBucket, args: string[] = [], bin = GCSM
     ),
   );
   if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
-  return { path, unmount: async () => void (await sh('fusermount', ['-u', '-z', path])) };
+  return { path, unmount: async () => void (await sh('fusermount3', ['-u', '-z', path])) };
 }
 
 export async function cleanup(b: BenchBucket): Promise<void> {

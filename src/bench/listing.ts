@@ -50,7 +50,7 @@ export async function listingScenario(): Promise<string> {
         const pid = await daemonPid(m.path);
         for (const round of ['fresh mount', 'same mount again', 'daemon warm, kernel dentries dropped'] as const) {
           if (round === 'daemon warm, kernel dentries dropped') await dropDentries();
-          b.emulator.resetStats();
+          await b.emulator.resetStats();
           const ops0 = await fuseOps(bin, m.path);
           const cpu0 = pid ? await cpuSeconds(pid) : NaN;
           const t = await timed(() => sh('ls', ['-l', join(m.path, 'many')]));
@@ -60,7 +60,7 @@ export async function listingScenario(): Promise<string> {
           const ops = await fuseOps(bin, m.path);
           const d = (op: string) => (ops[op] ?? 0) - (ops0[op] ?? 0);
           rows.push(
-            `| ${label} | ${round} | ${t.seconds.toFixed(3)} s | ${d('lookup')} | ${d('readdir')} + ${d('readdirplus')} | ${cpu.toFixed(2)} | ${b.emulator.stats().requests.total} | ${local.seconds.toFixed(3)} s |`,
+            `| ${label} | ${round} | ${t.seconds.toFixed(3)} s | ${d('lookup')} | ${d('readdir')} + ${d('readdirplus')} | ${cpu.toFixed(2)} | ${(await b.emulator.stats()).requests.total} | ${local.seconds.toFixed(3)} s |`,
           );
         }
       } finally {

@@ -1,10 +1,10 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EmulatorKnobs, EmulatorStats, RequestLogEntry } from '../emulator/server.js';
-import { GCSMOUNT, mountStats, sh, timed } from './harness.js';
+import type { RequestLogEntry } from '../emulator/server.js';
+import { GCSMOUNT, mountStats, sh, startExternalEmulator, timed, type ExternalEmulator } from './harness.js';
 
 const MIB = 1024 * 1024;
 const DAEMONS = 3;
@@ -23,43 +23,6 @@ const LONG_FILES = 4500;
 const LONG_FILE_BYTES = 128 * 1024;
 const WINDOW_S = 10;
 
-/** The emulator in a process of its own, as GCS is: the daemons' load must not slow its event loop. */
-interface ExternalEmulator {
-  url: string;
-  proc: ChildProcess;
-  knobs(k: Partial<EmulatorKnobs>): Promise<void>;
-  stats(): Promise<EmulatorStats>;
-  log(): Promise<RequestLogEntry[]>;
-  reset(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-async function startExternalEmulator(root: string, args: string[]): Promise<ExternalEmulator> {
-  const proc = spawn(GCSMOUNT, ['emulator', '--root', root, '--port', '0', '--quiet', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    proc.once('exit', (code) => reject(new Error(`emulator exited ${code}`)));
-  });
-  const call = async <T>(path: string, init?: RequestInit): Promise<T> => (await (await fetch(`${url}${path}`, init)).json()) as T;
-  return {
-    url,
-    proc,
-    knobs: async (k) => void (await call('/_knobs', { method: 'POST', body: JSON.stringify(k) })),
-    stats: () => call<EmulatorStats>('/_stats'),
-    log: () => call<RequestLogEntry[]>('/_log'),
-    reset: async () => void (await call('/_reset', { method: 'POST' })),
-    stop: async () => {
-      proc.kill('SIGTERM');
-      await new Promise((r) => proc.once('exit', r));
-    },
-  };
-}
-
 async function mountExternal(emu: ExternalEmulator, dir: string, name: string, args: string[]): Promise<{ path: string; logFile: string; unmount(): Promise<void> }> {
   const path = join(dir, `mnt-${name}`);
   await fsp.mkdir(path, { recursive: true });
@@ -73,7 +36,7 @@ async function mountExternal(emu: ExternalEmulator, dir: string, name: string, a
     p.once('exit', (code) => done({ code: code ?? 1, stderr }));
   });
   if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
-  return { path, logFile, unmount: async () => void (await sh('fusermount', ['-u', '-z', path])) };
+  return { path, logFile, unmount: async () => void (await sh('fusermount3', ['-u', '-z', path])) };
 }
 
 
@@ -115,7 +78,7 @@ async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<strin
   for (let d = 0; d < DAEMONS; d++) mounts.push(await mountExternal(emu, dir, `${slug}-${d}`, ['--only-dir', `${set.prefix}${d}`, ...args]));
   // Let the bucket's token bucket refill after the mounts' own requests.
   await new Promise((r) => setTimeout(r, 1000));
-  await emu.reset();
+  await emu.resetStats();
   let readErrors = 0;
   let wrongBytes = 0;
   const finished: number[] = [];
@@ -139,7 +102,7 @@ async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<strin
       }),
     ),
   );
-  const log = await emu.log();
+  const log = await emu.requestLog();
   const per = await Promise.all(mounts.map((m) => mountStats(m.path)));
   for (const m of mounts) await m.unmount();
   const api = log.filter((e) => e.kind !== 'other');
@@ -188,9 +151,9 @@ async function sharingRun(emu: ExternalEmulator, dir: string, digests: Map<strin
 
 /** 100 MiB read once with 10% of bodies going silent for 60 s, against the same read without stalls. */
 async function stallRun(emu: ExternalEmulator, dir: string, digest: string, label: string, stallRate: number): Promise<string> {
-  await emu.knobs({ rateLimit: 0, bodyStallRate: stallRate, bodyStallMs: 60_000, bodyStallResumes: true, seed: 15 });
+  await emu.setKnobs({ rateLimit: 0, bodyStallRate: stallRate, bodyStallMs: 60_000, bodyStallResumes: true, seed: 15 });
   const m = await mountExternal(emu, dir, `stall-${stallRate}`, []);
-  await emu.reset();
+  await emu.resetStats();
   const t = await timed(() => sh('sha256sum', [join(m.path, 'big.bin')]));
   if (t.result.code !== 0) throw new Error(`stall run: ${t.result.stderr}`);
   const stats = await emu.stats();
@@ -237,7 +200,7 @@ export async function sharingScenario(): Promise<string> {
   const big = randomBytes(100 * MIB);
   await fsp.writeFile(join(root, BUCKET, 'big.bin'), big);
   const bigDigest = createHash('sha256').update(big).digest('hex');
-  const emu = await startExternalEmulator(root, ['--latency-ms', String(LATENCY_MS)]);
+  const emu = await startExternalEmulator(root, { latencyMs: LATENCY_MS });
   const runs: SharingRun[] = [];
   const stalls: string[] = [];
   let long: SharingRun;
@@ -245,18 +208,18 @@ export async function sharingScenario(): Promise<string> {
     // What this machine can do at all: the same reads with no limit in the emulator (goodput over 60/s
     // above 1 means the limit binds; below 1, the machine does).
     runs.push(await sharingRun(emu, dir, digests, 'unlimited', 'capacity: no limit in the emulator', []));
-    await emu.knobs({ rateLimit: LIMIT });
+    await emu.setKnobs({ rateLimit: LIMIT });
     runs.push(await sharingRun(emu, dir, digests, 'aimd', 'gcsmount (request-rate AIMD)', []));
-    await emu.knobs({ rateLimit: 0 });
-    await emu.knobs({ rateLimit: LIMIT });
+    await emu.setKnobs({ rateLimit: 0 });
+    await emu.setKnobs({ rateLimit: LIMIT });
     runs.push(await sharingRun(emu, dir, digests, 'baseline', 'baseline: no rate limiter (--initial-ops-per-sec 0, concurrency AIMD only)', ['--initial-ops-per-sec', '0']));
     stalls.push(await stallRun(emu, dir, bigDigest, 'no stalls (baseline)', 0));
     stalls.push(await stallRun(emu, dir, bigDigest, 'stalling bodies', 0.1));
     // Last, so the rows above are made as before: the stall runs leave the limit off.
-    await emu.knobs({ rateLimit: LIMIT, bodyStallRate: 0 });
+    await emu.setKnobs({ rateLimit: LIMIT, bodyStallRate: 0 });
     long = await sharingRun(emu, dir, digests, 'long', 'convergence', [], LONG_SET);
   } finally {
-    await emu.stop();
+    await emu.close();
     await fsp.rm(dir, { recursive: true, force: true });
   }
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;

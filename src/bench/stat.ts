@@ -64,11 +64,11 @@ export async function statScenario(): Promise<string> {
         const paths = order.map((n) => join(m.path, 'many', n));
         for (const round of ['fresh mount', 'daemon warm, kernel dentries dropped'] as const) {
           if (round !== 'fresh mount') await dropDentries();
-          b.emulator.resetStats();
+          await b.emulator.resetStats();
           const cpu0 = pid ? await cpuSeconds(pid) : NaN;
           const t = await timed(() => statAll(paths, threads));
           const cpu = pid ? (await cpuSeconds(pid)) - cpu0 : NaN;
-          const req = b.emulator.stats().requests;
+          const req = (await b.emulator.stats()).requests;
           rows.push(
             `| ${threads} | ${round} | ${perSec(t.seconds)} | ${perSec(local.seconds)} | ${((cpu / FILES) * 1e6).toFixed(0)} µs | ${req.list} | ${req.metadata} |`,
           );

@@ -84,18 +84,18 @@ export async function zarrScenario(): Promise<string> {
     const chunkFiles = sizes.length;
     const storeBytes = (await sh('du', ['-sb', join(local, STORE)])).stdout.split('\t')[0]!;
     await listAll(b); // the emulator hashes each object once, on first listing: not inside any measured round
-    b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
+    await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
     const measure = async (reader: string, round: string, root: string, threads = 0, mountPid: number | null = null): Promise<void> => {
-      b.emulator.resetStats();
+      await b.emulator.resetStats();
       const mount0 = mountPid ? await cpuSeconds(mountPid) : 0;
-      const emulator0 = process.cpuUsage();
+      const emulator0 = await cpuSeconds(b.emulator.pid);
       const r = await sh(PY, [join(FIXTURES, 'read_zarr.py'), root, '--stores', 'consolidated', '--dask-threads', String(threads)]);
-      const emulatorCpu = process.cpuUsage(emulator0);
+      const emulatorCpu = (await cpuSeconds(b.emulator.pid)) - emulator0;
       const mountCpu = mountPid ? (await cpuSeconds(mountPid)) - mount0 : null;
       if (r.code !== 0) throw new Error(`read_zarr.py ${root}: ${r.stdout}${r.stderr}`);
       const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { open_seconds: number; load_seconds: number; cpu_seconds: number };
-      const s = b.emulator.stats();
+      const s = await b.emulator.stats();
       rows.push({
         reader,
         round,
@@ -105,7 +105,7 @@ export async function zarrScenario(): Promise<string> {
         list: s.requests.list,
         metadata: s.requests.metadata,
         mediaBytes: s.mediaBytes,
-        cpu: { reader: out.cpu_seconds, mount: mountCpu, emulator: (emulatorCpu.user + emulatorCpu.system) / 1e6 },
+        cpu: { reader: out.cpu_seconds, mount: mountCpu, emulator: emulatorCpu },
       });
       process.stderr.write(`zarr bench: ${reader}, ${round}, dask threads ${threads || 'default'}: ${(out.open_seconds + out.load_seconds).toFixed(1)} s\n`);
     };
@@ -139,7 +139,7 @@ export async function zarrScenario(): Promise<string> {
     await rc.unmount();
 
     const firstRows = rows.length;
-    b.emulator.setKnobs({ latencyMs: PREFETCH_LATENCY_MS });
+    await b.emulator.setKnobs({ latencyMs: PREFETCH_LATENCY_MS });
     for (const threads of DASK_THREADS) {
       await dropFromPageCache(local);
       await measure('local copy', 'cold (its pages dropped)', local, threads);
@@ -193,7 +193,7 @@ export async function zarrScenario(): Promise<string> {
       }),
       '',
       'CPU: the reader is python\'s own CPU time during open + load; the mount is the gcsmount daemon or the rclone process; ' +
-        'the emulator runs in the bench process. All CPU over the cores is the shortest the round could take on this machine were every core busy throughout.',
+        'the emulator runs in a process of its own. All CPU over the cores is the shortest the round could take on this machine were every core busy throughout.',
     ].join('\n');
   } finally {
     for (const mounted of live) await mounted.unmount().catch(() => undefined);
@@ -273,7 +273,7 @@ async function rcloneMount(b: BenchBucket, cacheDir: string): Promise<{ path: st
     path,
     pid: child.pid ?? null,
     unmount: async () => {
-      await sh('fusermount', ['-u', path]);
+      await sh('fusermount3', ['-u', path]);
       const gone = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 15_000))]);
       if (!gone) child.kill('SIGKILL');
     },
