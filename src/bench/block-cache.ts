@@ -4,7 +4,7 @@ import { BlockIndex, type BlockRow } from '../blocks/block-index.js';
 import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
 import { Metrics } from '../observe/metrics.js';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, dropPageCache, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
+import { benchBucket, catToNull, cleanup, cpuSeconds, daemonPid, dropPageCache, GCSMOUNT, mountBench, mountStats, sh, timed } from './harness.js';
 
 const N = 1_000_000;
 const MIB = 1024 * 1024;
@@ -88,21 +88,21 @@ export async function warmReadScenario(): Promise<string> {
   if (process.env.GCSMOUNT_BASELINE_BIN) layers.push(['baseline: ' + process.env.GCSMOUNT_BASELINE_BIN, process.env.GCSMOUNT_BASELINE_BIN]);
   try {
     const fill = await mountBench(b, ['--cache-dir', cacheDir]);
-    await sh('sh', ['-c', `cat ${join(fill.path, 'one-gib.bin')} > /dev/null`]);
+    await catToNull([join(fill.path, 'one-gib.bin')]);
     await fill.unmount();
     await new Promise((r) => setTimeout(r, 1500)); // the daemon sees its mount go and releases the cache
     const rows: string[] = [];
     for (const pageCache of ['dropped', 'kept'] as const) {
       for (const [layer, bin] of layers) {
         if (pageCache === 'dropped') await dropPageCache();
-        const plain = await timed(() => sh('sh', ['-c', `cat ${source} > /dev/null`]));
+        const plain = await timed(() => catToNull([source]));
         const m = await mountBench(b, ['--cache-dir', cacheDir], bin);
         const pid = await daemonPid(m.path);
         await b.emulator.resetStats();
         if (pageCache === 'dropped') await dropPageCache();
         const before = await readStats(m.path);
         const cpu0 = pid ? await cpuSeconds(pid) : NaN;
-        const viaMount = await timed(() => sh('sh', ['-c', `cat ${join(m.path, 'one-gib.bin')} > /dev/null`]));
+        const viaMount = await timed(() => catToNull([join(m.path, 'one-gib.bin')]));
         const cpu1 = pid ? await cpuSeconds(pid) : NaN;
         const after = await readStats(m.path);
         const media = (await b.emulator.stats()).requests.media;

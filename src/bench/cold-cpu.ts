@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, catToNull, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -118,11 +118,11 @@ export async function coldCpuScenario(): Promise<string> {
           if (!pid) throw new Error('cannot find the daemon');
           dropped = await dropPageCache();
           const c0 = await cpuSplit(pid);
-          await sh('sh', ['-c', `cat ${join(m.path, 'first.bin')} > /dev/null`]);
+          await catToNull([join(m.path, 'first.bin')]);
           const c1 = await cpuSplit(pid);
           await dropPageCache();
           const c1b = await cpuSplit(pid);
-          await sh('sh', ['-c', `cat ${join(m.path, 'second.bin')} > /dev/null`]);
+          await catToNull([join(m.path, 'second.bin')]);
           const c2 = await cpuSplit(pid);
           await m.unmount();
           const key = `${layer}\0${cache}`;

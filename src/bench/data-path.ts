@@ -1,7 +1,8 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import {
-  benchBucket, cleanup, cpuSeconds, curlBytes, curlRangesConfig, daemonPid, dropPageCache, median, mountBench, peakRssMiB, sh, timed, type BenchBucket, type CurlRange,
+  benchBucket, catToNull, cleanup, cpuSeconds, curlBytes, curlRangesConfig, daemonPid, dropPageCache, median, mountBench, peakRssMiB, primeHashes, rangeBytes, sh, timed, type BenchBucket,
+  type CurlRange,
 } from './harness.js';
 
 const MIB = 1024 * 1024;
@@ -17,7 +18,7 @@ const STREAM_SWEEP = [4, 8, 16, 32, 64, 128];
  * /dev/null at each stream count of the sweep, the page cache dropped before each; the fastest.
  */
 async function ceiling(b: BenchBucket, ranges: CurlRange[]): Promise<{ seconds: number; streams: number; sweep: number[] }> {
-  const want = ranges.reduce((sum, r) => sum + r.to - r.from, 0);
+  const want = rangeBytes(ranges);
   const sweep: number[] = [];
   for (const streams of STREAM_SWEEP) {
     const config = await curlRangesConfig(b, ranges, streams, join(b.dir, `ceiling-${streams}.cfg`));
@@ -29,15 +30,6 @@ async function ceiling(b: BenchBucket, ranges: CurlRange[]): Promise<{ seconds: 
   }
   const best = sweep.indexOf(Math.min(...sweep));
   return { seconds: sweep[best]!, streams: STREAM_SWEEP[best]!, sweep };
-}
-
-/** Asks the emulator for each object's metadata once, so it hashes them outside the timings. */
-async function hashOnce(b: BenchBucket, objects: string[]): Promise<void> {
-  for (const o of objects) {
-    const res = await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o/${encodeURIComponent(o)}`);
-    if (!res.ok) throw new Error(`emulator: ${o}: HTTP ${res.status}`);
-    await res.arrayBuffer();
-  }
 }
 
 /** Each scenario runs this many times, ceiling and mount in turn: the shared host's noise moves single runs. */
@@ -76,7 +68,7 @@ export async function dataPathScenario(): Promise<string> {
     await fsp.mkdir(join(dir, 'small'));
     for (let i = 0; i < 256; i++) await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'small', `c${i}`)}`, 'bs=1M', 'count=1', 'status=none']);
     const smallNames = Array.from({ length: 256 }, (_, i) => `small/c${i}`);
-    await hashOnce(b, ['one-gib.bin', ...smallNames]);
+    await primeHashes(b);
     await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
     const measure = async (scenario: string, ranges: CurlRange[], viaMount: (mnt: string) => Promise<void>, { diskCache = true, args = [] as string[] } = {}) => {
@@ -97,19 +89,20 @@ export async function dataPathScenario(): Promise<string> {
         await m.unmount();
         rounds.push({ ceilingS: c.seconds, ceilingStreams: c.streams, sweep: c.sweep, mountS: t.seconds, media, rss, cpu });
       }
-      rows.push({ scenario, bytes: ranges.reduce((sum, x) => sum + x.to - x.from, 0), rounds });
+      rows.push({ scenario, bytes: rangeBytes(ranges), rounds });
     };
 
+    const catBig = (mnt: string) => catToNull([join(mnt, 'one-gib.bin')]);
     const blocks = Array.from({ length: 1024 * MIB / BLOCK }, (_, i) => ({ object: 'one-gib.bin', from: i * BLOCK, to: (i + 1) * BLOCK }));
     await measure(
       'cold sequential read of a 1 GiB object (`cat`)',
       blocks,
-      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+      catBig,
     );
     await measure(
       'the same, without --cache-dir (no block writes to disk)',
       blocks,
-      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+      catBig,
       { diskCache: false },
     );
     // The defaults above keep 16 range GETs in flight on this machine; this row lets gcsmount have the
@@ -117,14 +110,14 @@ export async function dataPathScenario(): Promise<string> {
     await measure(
       'the same as the first, with 64 range GETs in flight (`--file-cache-max-parallel-downloads 64 --file-cache-parallel-downloads-per-file 64 --sequential-read-size-mb 256 --read-global-max-blocks 80`)',
       blocks,
-      (mnt) => sh('sh', ['-c', `cat ${join(mnt, 'one-gib.bin')} > /dev/null`]).then(() => undefined),
+      catBig,
       { args: ['--file-cache-max-parallel-downloads', '64', '--file-cache-parallel-downloads-per-file', '64', '--sequential-read-size-mb', '256', '--read-global-max-blocks', '80'] },
     );
     await measure(
       '16 parallel readers of 256 files of 1 MiB',
       smallNames.map((object) => ({ object, from: 0, to: MIB })),
       (mnt) =>
-        Promise.all(Array.from({ length: 16 }, (_, r) => sh('sh', ['-c', `cat ${Array.from({ length: 16 }, (_, k) => join(mnt, 'small', `c${r * 16 + k}`)).join(' ')} > /dev/null`]))).then(() => undefined),
+        Promise.all(Array.from({ length: 16 }, (_, r) => catToNull(Array.from({ length: 16 }, (_, k) => join(mnt, 'small', `c${r * 16 + k}`))))).then(() => undefined),
     );
     const offsets = Array.from({ length: 200 }, (_, i) => ((i * 7919) % 16384) * 65536);
     await measure(

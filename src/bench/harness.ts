@@ -61,6 +61,11 @@ export async function curlRangesConfig(b: BenchBucket, ranges: CurlRange[], para
   return file;
 }
 
+/** The bytes the ranges span in all. */
+export function rangeBytes(ranges: CurlRange[]): number {
+  return ranges.reduce((sum, r) => sum + r.to - r.from, 0);
+}
+
 /** The bytes curl reported for its transfers (the write-out lines of curlRangesConfig). */
 export function curlBytes(stdout: string): number {
   return stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
@@ -135,18 +140,47 @@ export async function benchBucket(bucket: string, knobs: Partial<EmulatorKnobs> 
   return { root, bucket, emulator, dir };
 }
 
-export async function mountBench(b: BenchBucket, args: string[] = [], bin = GCSMOUNT): Promise<{ path: string; unmount(): Promise<void> }> {
-  const path = join(b.dir, `mnt-${Date.now()}`);
-  await fsp.mkdir(path);
+/**
+ * Mounts `bucket` of the emulator at `path` (an existing folder) with the real CLI, which daemonises:
+ * resolves once the mount is up, throws with its stderr if it failed.
+ */
+export async function mountGcsmount(emulatorUrl: string, bucket: string, path: string, logFile: string, args: string[] = [], bin = GCSMOUNT): Promise<{ path: string; unmount(): Promise<void> }> {
   const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
   delete env.STORAGE_EMULATOR_HOST;
   const r = await new Promise<{ code: number; stderr: string }>((done) =>
-    execFile(bin, [b.bucket, path, '--custom-endpoint', b.emulator.url, '--log-file', join(b.dir, 'gcsmount.log'), ...args], { env }, (err, _o, stderr) =>
+    execFile(bin, [bucket, path, '--custom-endpoint', emulatorUrl, '--log-file', logFile, ...args], { env }, (err, _o, stderr) =>
       done({ code: err ? 1 : 0, stderr: String(stderr) }),
     ),
   );
   if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
   return { path, unmount: async () => void (await sh('fusermount3', ['-u', '-z', path])) };
+}
+
+export async function mountBench(b: BenchBucket, args: string[] = [], bin = GCSMOUNT): Promise<{ path: string; unmount(): Promise<void> }> {
+  const path = join(b.dir, `mnt-${Date.now()}`);
+  await fsp.mkdir(path);
+  return mountGcsmount(b.emulator.url, b.bucket, path, join(b.dir, 'gcsmount.log'), args, bin);
+}
+
+/** `cat` of the files to /dev/null in another process (never this one: see above); throws if it failed. */
+export async function catToNull(files: string[]): Promise<void> {
+  const r = await sh('sh', ['-c', 'cat "$@" > /dev/null', 'cat', ...files]);
+  if (r.code !== 0) throw new Error(`cat failed: ${r.stderr.trim()}`);
+}
+
+/**
+ * Lists every object once through the emulator's API: it hashes an object the first time it describes
+ * it, and GCS stores hashes, so no measured round should pay for that.
+ */
+export async function primeHashes(b: BenchBucket): Promise<void> {
+  let token: string | undefined;
+  do {
+    const q = new URLSearchParams({ maxResults: '1000', fields: 'items(name,crc32c),nextPageToken' });
+    if (token) q.set('pageToken', token);
+    const res = await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o?${q}`);
+    if (!res.ok) throw new Error(`emulator: listing ${b.bucket}: HTTP ${res.status}`);
+    token = ((await res.json()) as { nextPageToken?: string }).nextPageToken;
+  } while (token);
 }
 
 export async function cleanup(b: BenchBucket): Promise<void> {

@@ -2,7 +2,7 @@ import { closeSync, openSync, writeSync } from 'node:fs';
 import { promises as fsp } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, peakRssMiB, sh, timed, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, peakRssMiB, primeHashes, sh, timed } from './harness.js';
 
 const LATENCY_MS = 30;
 const BIG = 100_000;
@@ -25,17 +25,6 @@ function openAll(paths: string[]): Promise<unknown> {
       }),
     ),
   );
-}
-
-/** Every object once through the emulator itself, so the mount's listings do not pay for its first hashing (GCS stores hashes). */
-async function primeHashes(b: BenchBucket): Promise<void> {
-  let token: string | undefined;
-  do {
-    const q = new URLSearchParams({ fields: 'items(name,crc32c),nextPageToken' });
-    if (token) q.set('pageToken', token);
-    const r = (await (await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o?${q}`)).json()) as { nextPageToken?: string };
-    token = r.nextPageToken;
-  } while (token);
 }
 
 function row(phase: string, seconds: number, requests: { list: number; metadata: number; total: number }, local: number | null, goal: string): string {

@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RequestLogEntry } from '../emulator/server.js';
-import { GCSMOUNT, mountStats, sh, startExternalEmulator, timed, type ExternalEmulator } from './harness.js';
+import { mountGcsmount, mountStats, sh, startExternalEmulator, timed, type ExternalEmulator } from './harness.js';
 
 const MIB = 1024 * 1024;
 const DAEMONS = 3;
@@ -27,18 +26,8 @@ async function mountExternal(emu: ExternalEmulator, dir: string, name: string, a
   const path = join(dir, `mnt-${name}`);
   await fsp.mkdir(path, { recursive: true });
   const logFile = join(dir, `${name}.log`);
-  const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none' };
-  delete env.STORAGE_EMULATOR_HOST;
-  const r = await new Promise<{ code: number; stderr: string }>((done) => {
-    const p = spawn(GCSMOUNT, [BUCKET, path, '--custom-endpoint', emu.url, '--log-file', logFile, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    p.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.once('exit', (code) => done({ code: code ?? 1, stderr }));
-  });
-  if (r.code !== 0) throw new Error(`mount failed: ${r.stderr}`);
-  return { path, logFile, unmount: async () => void (await sh('fusermount3', ['-u', '-z', path])) };
+  return { ...(await mountGcsmount(emu.url, BUCKET, path, logFile, args)), logFile };
 }
-
 
 /** One window of the run: each daemon's share of the media requests answered in it, and its 429s. */
 interface ShareWindow {

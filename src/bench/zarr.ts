@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, primeHashes, sh, type BenchBucket } from './harness.js';
 
 /**
  * `xr.open_zarr(store).load()` of a consolidated Zarr store of at least 1 GiB (test/fixtures/make_zarr.py
@@ -83,7 +83,7 @@ export async function zarrScenario(): Promise<string> {
     const sizes = (await sh('find', [join(local, STORE), '-type', 'f', '!', '-name', '.*', '-printf', '%s\n'])).stdout.trim().split('\n');
     const chunkFiles = sizes.length;
     const storeBytes = (await sh('du', ['-sb', join(local, STORE)])).stdout.split('\t')[0]!;
-    await listAll(b); // the emulator hashes each object once, on first listing: not inside any measured round
+    await primeHashes(b);
     await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
 
     const measure = async (reader: string, round: string, root: string, threads = 0, mountPid: number | null = null): Promise<void> => {
@@ -199,16 +199,6 @@ export async function zarrScenario(): Promise<string> {
     for (const mounted of live) await mounted.unmount().catch(() => undefined);
     await cleanup(b);
   }
-}
-
-/** Lists every object once through the API, so that the emulator has computed every object's hashes. */
-async function listAll(b: BenchBucket): Promise<void> {
-  let token = '';
-  do {
-    const url = `${b.emulator.url}/storage/v1/b/${b.bucket}/o?maxResults=1000${token ? `&pageToken=${encodeURIComponent(token)}` : ''}`;
-    const page = (await (await fetch(url)).json()) as { nextPageToken?: string };
-    token = page.nextPageToken ?? '';
-  } while (token);
 }
 
 /** Evicts the store's files from the page cache (POSIX_FADV_DONTNEED), leaving the rest of the machine's alone. */
