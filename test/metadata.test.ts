@@ -145,7 +145,9 @@ ds.to_zarr(${JSON.stringify(store)}, mode='w', consolidated=True, encoding=enc)
     expect(w.stderr).not.toMatch(/Traceback/);
     // The open's own cost: prefetch would add the GETs of its bet on the chunks after those the open
     // read (and of each array's .zarray); what it adds and saves is counted in test/prefetch.test.ts.
-    m = await mount({ tb, args: ['--prefetch-zarr=false', '--prefetch-siblings=false'] });
+    // "Within the TTL" for the names zarr probes and does not find too: a cold open on a loaded machine
+    // can outlast the 5 s default negative TTL, and then the warm open rightly asks again.
+    m = await mount({ tb, args: ['--prefetch-zarr=false', '--prefetch-siblings=false', '--metadata-cache-negative-ttl-secs', '600'] });
   });
 
   afterAll(async () => {

@@ -99,19 +99,42 @@ export class ListingRun {
     return new ListingRun(n, text, offsets, sizes, generations, metagenerations, updated, crcs, flags, odd);
   }
 
-  /** Several runs in key order as one, dropping a key equal to the one before it (runs meet at page boundaries). */
+  /** Several runs as one, in key order, each key once (the first run holding it wins). */
+  static merge(runs: readonly ListingRun[]): ListingRun {
+    const rows: { key: string; run: ListingRun; i: number }[] = [];
+    for (const run of runs) for (let i = 0; i < run.count; i++) rows.push({ key: run.key(i), run, i });
+    // Stable: equal keys keep the order of `runs`.
+    rows.sort((a, b) => compareKeys(a.key, b.key));
+    const keys: string[] = [];
+    const metas: (ObjectMeta | null)[] = [];
+    for (const row of rows) {
+      if (keys.length > 0 && keys[keys.length - 1] === row.key) continue;
+      keys.push(row.key);
+      metas.push(row.run.isDir(row.i) ? null : row.run.meta(row.i, ''));
+    }
+    return ListingRun.of(keys, metas);
+  }
+
+  /** Runs that are already in key order and never share a key, as one. */
   static concat(runs: readonly ListingRun[]): ListingRun {
     const keys: string[] = [];
     const metas: (ObjectMeta | null)[] = [];
-    let last: string | null = null;
     for (const run of runs) {
       for (let i = 0; i < run.count; i++) {
-        const key = run.key(i);
-        if (last !== null && key === last) continue;
-        keys.push(key);
+        keys.push(run.key(i));
         metas.push(run.isDir(i) ? null : run.meta(i, ''));
-        last = key;
       }
+    }
+    return ListingRun.of(keys, metas);
+  }
+
+  /** Rows [from, to) as a run of their own. */
+  slice(from: number, to: number): ListingRun {
+    const keys: string[] = [];
+    const metas: (ObjectMeta | null)[] = [];
+    for (let i = from; i < to; i++) {
+      keys.push(this.key(i));
+      metas.push(this.isDir(i) ? null : this.meta(i, ''));
     }
     return ListingRun.of(keys, metas);
   }
@@ -234,15 +257,18 @@ export class ListingRun {
 
 /**
  * A directory's entries as sorted compact runs. A listing still being filled holds the runs of the
- * pages that have arrived (whose key ranges never overlap but for the key where two pages meet); a
- * complete one is compacted into one run. Which names a partial listing can answer for is its lister's
+ * pages that have arrived, disjoint and in key order (add() keeps them so); a complete one is
+ * compacted into one run. Which names a partial listing can answer for is its lister's
  * business (key-range coverage), not the listing's.
  */
 export class Listing {
   private runs: ListingRun[] = [];
   private entryCount = 0;
-  /** When the metadata cache took it (its clock): how long it may still say "no such name". */
-  listedAt = 0;
+  /**
+   * When its listing began, by the metadata cache's clock: it may say "no such name" for the negative
+   * TTL from then. Null until known: a listing of unknown age never says "no such name".
+   */
+  listedAt: number | null = null;
 
   /** `prefix`: the directory's object prefix ('a/b/', '' at the bucket root). */
   constructor(readonly prefix: string) {}
@@ -257,18 +283,48 @@ export class Listing {
     return n;
   }
 
-  /** Adds a run of entries in key order; runs may arrive in any order. */
+  /**
+   * Adds a run of entries in key order; runs may arrive in any order. The runs held never share a key
+   * and never interleave, whatever arrives: pages of one folder meet at a key both hold (a sub-folder
+   * whose names span two pages of a flat walk), and parts of a walk each name the sub-folders they pass
+   * through. A key already held is dropped from the new run; a run that still interleaves with others
+   * is merged with them (sorted, each key once).
+   */
   add(run: ListingRun): void {
-    if (run.count === 0) return;
+    let from = 0;
+    let to = run.count;
+    while (from < to && this.locate(run.key(from)) !== null) from++;
+    while (to > from && this.locate(run.key(to - 1)) !== null) to--;
+    if (from === to) return;
+    const own = from === 0 && to === run.count ? run : run.slice(from, to);
+    const first = own.firstKey;
+    const last = own.lastKey;
+    // Runs whose key span meets the new run's: none, when pages and parts partition the keys as they should.
+    let lo = this.runAfter(first);
+    if (lo > 0 && compareKeys(this.runs[lo - 1]!.lastKey, first) >= 0) lo--;
+    let hi = lo;
+    while (hi < this.runs.length && compareKeys(this.runs[hi]!.firstKey, last) <= 0) hi++;
+    if (hi === lo) {
+      this.runs.splice(lo, 0, own);
+      this.entryCount += own.count;
+      return;
+    }
+    const merged = ListingRun.merge([...this.runs.slice(lo, hi), own]);
+    for (let r = lo; r < hi; r++) this.entryCount -= this.runs[r]!.count;
+    this.runs.splice(lo, hi - lo, merged);
+    this.entryCount += merged.count;
+  }
+
+  /** Index of the first run whose first key sorts after `key`. */
+  private runAfter(key: string): number {
     let lo = 0;
     let hi = this.runs.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (compareKeys(this.runs[mid]!.firstKey, run.firstKey) <= 0) lo = mid + 1;
+      if (compareKeys(this.runs[mid]!.firstKey, key) <= 0) lo = mid + 1;
       else hi = mid;
     }
-    this.runs.splice(lo, 0, run);
-    this.entryCount += run.count;
+    return lo;
   }
 
   /**
@@ -307,31 +363,12 @@ export class Listing {
     return at && { run: this.runs[at.r]!, i: at.i };
   }
 
-  /** Run and row of `key`, by binary search: the last run starting at or before it (or the one before that, where two runs share a key). */
+  /** Run and row of `key`, by binary search: the last run starting at or before it (runs never interleave). */
   private locate(key: string): { r: number; i: number } | null {
-    let lo = 0;
-    let hi = this.runs.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (compareKeys(this.runs[mid]!.firstKey, key) <= 0) lo = mid + 1;
-      else hi = mid;
-    }
-    for (let r = lo - 1; r >= 0 && r >= lo - 2; r--) {
-      const i = this.runs[r]!.indexOf(key);
-      if (i >= 0) return { r, i };
-    }
-    return null;
-  }
-
-  /**
-   * The files of run r that count as its own: a key run r shares with the next run (pages meet at a key
-   * both hold) counts in the next one, where `locate` finds it.
-   */
-  private ownFiles(r: number): number {
-    const run = this.runs[r]!;
-    const next = this.runs[r + 1];
-    const shared = next !== undefined && run.count > 0 && run.isVisibleFile(run.count - 1) && run.lastKey === next.firstKey;
-    return run.filesBefore(run.count) - (shared ? 1 : 0);
+    const r = this.runAfter(key) - 1;
+    if (r < 0) return null;
+    const i = this.runs[r]!.indexOf(key);
+    return i >= 0 ? { r, i } : null;
   }
 
   /**
@@ -344,7 +381,7 @@ export class Listing {
     const at = this.locate(name);
     if (!at || !this.runs[at.r]!.isVisibleFile(at.i)) return -1;
     let ordinal = this.runs[at.r]!.filesBefore(at.i);
-    for (let r = 0; r < at.r; r++) ordinal += this.ownFiles(r);
+    for (let r = 0; r < at.r; r++) ordinal += this.runs[r]!.filesBefore(this.runs[r]!.count);
     return ordinal;
   }
 
@@ -353,7 +390,7 @@ export class Listing {
     if (ordinal < 0) return null;
     let rest = ordinal;
     for (let r = 0; r < this.runs.length; r++) {
-      const own = this.ownFiles(r);
+      const own = this.runs[r]!.filesBefore(this.runs[r]!.count);
       if (rest < own) {
         const run = this.runs[r]!;
         return run.key(run.rowOfFile(rest));

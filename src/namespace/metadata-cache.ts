@@ -155,8 +155,8 @@ export class MetadataCache {
    * as a single "no such path" answer may. A listing answers for the names it shows for the whole TTL,
    * but an object created since must show up as soon as --metadata-cache-negative-ttl-secs promises.
    */
-  missingTrusted(listedAt: number): boolean {
-    if (this.negativeTtl === null) return false;
+  missingTrusted(listedAt: number | null): boolean {
+    if (this.negativeTtl === null || listedAt === null) return false;
     return this.negativeTtl === 0 || this.clock.now() - listedAt <= this.negativeTtl;
   }
 
@@ -215,7 +215,7 @@ export class MetadataCache {
       this.stats.delete(`l:${path}`);
       return false;
     }
-    listing.listedAt = this.clock.now();
+    listing.listedAt ??= this.clock.now();
     this.stats.set(`l:${path}`, listing, { ttl: this.positiveTtl });
     if (!this.stats.has(`l:${path}`)) return false;
     this.listings.folders++;

@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import type { ListPage, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import type { ListPage, ListRequest, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Entry } from './entry.js';
@@ -9,14 +9,18 @@ import { componentProblem, type NameMapper } from './names.js';
 import { baseName, parentPath } from './paths.js';
 import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
 
-/**
- * Items in the one list page a lookup asks for. Large enough that the page nearly always reaches the
- * `name/` prefix; small enough that a lookup never drags a big listing over the wire.
- */
-const LOOKUP_PAGE = 100;
+/** How many items a list page asks for. */
+export interface ListPageSizes {
+  /**
+   * The one page a lookup asks for: large enough that it nearly always reaches the `name/` prefix,
+   * small enough that a lookup never drags a big listing over the wire.
+   */
+  lookup: number;
+  /** A page of a listing: GCS's largest. */
+  list: number;
+}
 
-/** GCS's largest page. */
-const LIST_PAGE = 1000;
+export const DEFAULT_PAGE_SIZES: ListPageSizes = { lookup: 100, list: 1000 };
 
 /**
  * Without metadata prefetch: lookup misses in one directory after which the whole directory is listed
@@ -53,6 +57,8 @@ export interface NamespaceDeps {
   prefetch?: MetadataPrefetchConfig;
   once: OnceLog;
   metrics: Metrics;
+  /** Page sizes (tests make them small, so that few names make many pages and parts). */
+  pageSizes?: ListPageSizes;
 }
 
 /** Told what the namespace learns from GCS (the FUSE layer drops what the kernel holds that changed). */
@@ -84,6 +90,8 @@ interface Walk {
   unreadEntries: number;
   /** Entries in `open` folders: a huge folder deep below is held here until it completes. */
   openEntries: number;
+  /** When it started, by the cache's clock: its folders say "no such name" for the negative TTL from then. */
+  startedAt: number;
   expiresAt: number;
 }
 
@@ -102,6 +110,7 @@ export class Namespace {
   private readonly prefetch: MetadataPrefetchConfig;
   private readonly ttl: number;
   private observer: NamespaceObserver | null = null;
+  private readonly pages: ListPageSizes;
 
   constructor(private readonly deps: NamespaceDeps) {
     this.ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
@@ -109,6 +118,7 @@ export class Namespace {
     this.unlistable = new LRUCache({ max: 10_000, ttl: this.ttl });
     this.readdirs = new LRUCache({ max: 10_000, ttl: this.ttl });
     this.prefetch = deps.prefetch ?? DEFAULT_METADATA_PREFETCH;
+    this.pages = deps.pageSizes ?? DEFAULT_PAGE_SIZES;
     this.workers = new ListWorkers(Math.max(1, this.prefetch.maxWorkers));
     deps.metrics.setGauge('meta_listings_in_progress', () => this.jobs.size);
     deps.metrics.setGauge('meta_walks_in_progress', () => this.walks.length);
@@ -202,7 +212,7 @@ export class Namespace {
   private liveJob(folder: string): FolderJob | undefined {
     const job = this.jobs.get(folder);
     if (!job) return undefined;
-    if (job.lister.failed || performance.now() > job.expiresAt) {
+    if (job.lister.failed || this.deps.cache.now() > job.expiresAt) {
       this.jobs.delete(folder);
       return undefined;
     }
@@ -217,6 +227,8 @@ export class Namespace {
   private startJob(path: string, from: string, urgent: boolean): FolderJob {
     const prefix = this.deps.names.dirPrefix(path);
     const listing = new Listing(prefix);
+    const startedAt = this.deps.cache.now();
+    listing.listedAt = startedAt;
     const lister: RangeLister = new RangeLister({
       fetch: (start, end, token, small) => this.folderPage(prefix, start, end, token, small),
       onPage: (keys, metas) => listing.add(ListingRun.of(keys, metas)),
@@ -227,7 +239,7 @@ export class Namespace {
       // list what they need, and a readdir lists the rest.
       paused: () => lister.count >= this.prefetch.entriesLimit || listing.bytes > this.deps.cache.listingBudget,
     });
-    const job: FolderJob = { listing, lister, expiresAt: performance.now() + this.ttl, startedAt: this.deps.cache.now() };
+    const job: FolderJob = { listing, lister, expiresAt: startedAt + this.ttl, startedAt };
     this.jobs.set(path, job);
     if (!urgent) this.deps.metrics.inc('meta_prefetch_listings');
     lister.start(from, urgent);
@@ -270,7 +282,7 @@ export class Namespace {
     const page = await this.deps.client.list({
       prefix,
       delimiter: '/',
-      maxResults: small ? LOOKUP_PAGE : LIST_PAGE,
+      maxResults: small ? this.pages.lookup : this.pages.list,
       ...(start ? { startOffset: prefix + start } : {}),
       ...(end !== null ? { endOffset: prefix + end } : {}),
       ...(pageToken ? { pageToken } : {}),
@@ -328,7 +340,7 @@ export class Namespace {
   }
 
   private startWalk(root: string, folders: string[]): Walk {
-    this.walks = this.walks.filter((w) => !w.lister.failed && performance.now() <= w.expiresAt && !w.lister.done);
+    this.walks = this.walks.filter((w) => !w.lister.failed && this.deps.cache.now() <= w.expiresAt && !w.lister.done);
     const prefix = this.deps.names.dirPrefix(root);
     const parts = Math.max(1, this.prefetch.maxWorkers);
     // Cut at sub-folders, evenly: ten parts of ten folders each rather than a part (a request) per folder.
@@ -342,7 +354,8 @@ export class Namespace {
       unread: new Map(),
       unreadEntries: 0,
       openEntries: 0,
-      expiresAt: performance.now() + this.ttl,
+      startedAt: this.deps.cache.now(),
+      expiresAt: this.deps.cache.now() + this.ttl,
     };
     walk.lister = new RangeLister({
       fetch: (start, end, token) => this.flatPage(prefix, start, end, token),
@@ -360,7 +373,7 @@ export class Namespace {
 
   /** The live walk whose subtree holds `path` strictly below its top folder. */
   private walkBelow(path: string): Walk | null {
-    const now = performance.now();
+    const now = this.deps.cache.now();
     for (const w of this.walks) {
       if (w.lister.failed || now > w.expiresAt) continue;
       const inside = w.root === '/' ? path !== '/' : path.startsWith(`${w.root}/`);
@@ -369,13 +382,18 @@ export class Namespace {
     return null;
   }
 
-  /** Waits for the walk to have listed all of `path`, and returns its listing (empty if it has none). */
-  private async walkFolder(walk: Walk, path: string): Promise<Listing> {
+  /**
+   * Waits for the walk to have listed all of `path`, and returns its listing; null when the walk no
+   * longer holds it (read once already and since gone from the cache: evicted, forgotten, or too large
+   * to keep), so the caller lists the folder itself. Never an empty stand-in: that would be a folder
+   * shown empty and every name in it "missing".
+   */
+  private async walkFolder(walk: Walk, path: string): Promise<Listing | null> {
     const rel = walk.root === '/' ? path.slice(1) : path.slice(walk.root.length + 1);
     const done = this.deps.cache.listing(path) ?? walk.unread.get(rel);
     if (!done) await walk.lister.coverRange(`${rel}/`, `${rel}0`);
-    const listing = walk.unread.get(rel) ?? this.deps.cache.listing(path) ?? new Listing(this.deps.names.dirPrefix(path));
-    if (walk.unread.delete(rel)) {
+    const listing = walk.unread.get(rel) ?? this.deps.cache.listing(path) ?? null;
+    if (listing && walk.unread.delete(rel)) {
       walk.unreadEntries -= listing.count;
       walk.lister.resume();
     }
@@ -386,7 +404,7 @@ export class Namespace {
   private async flatPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
     const page = await this.deps.client.list({
       prefix,
-      maxResults: LIST_PAGE,
+      maxResults: this.pages.list,
       ...(start ? { startOffset: prefix + start } : {}),
       ...(end !== null ? { endOffset: prefix + end } : {}),
       ...(pageToken ? { pageToken } : {}),
@@ -406,6 +424,7 @@ export class Namespace {
       let f = walk.open.get(rel);
       if (!f) {
         f = { listing: new Listing(rel === '' ? prefix : `${prefix}${rel}/`), keys: [], metas: [] };
+        f.listing.listedAt = walk.startedAt;
         walk.open.set(rel, f);
       }
       touched.add(rel);
@@ -483,7 +502,7 @@ export class Namespace {
     const held = this.deps.cache.heldListingCount(parent);
     if (held === null) return true;
     const n = (this.misses.get(parent) ?? 0) + 1;
-    if (n < Math.max(LIST_AFTER_MISSES, Math.ceil(held / LIST_PAGE))) {
+    if (n < Math.max(LIST_AFTER_MISSES, Math.ceil(held / this.pages.list))) {
       this.misses.set(parent, n);
       return false;
     }
@@ -499,17 +518,15 @@ export class Namespace {
     return n >= LIST_AFTER_MISSES;
   }
 
-  /** Answers from a (shared) listing of the parent, or undefined when the listing could not be kept. */
+  /** Answers from a (shared) listing of the parent, or undefined when it is too old to say "no such name". */
   private async lookupByListing(path: string, parent: string): Promise<Entry | null | undefined> {
     const listing = await this.readdir(parent);
-    const answer = this.deps.cache.lookup(path, parent);
-    if (answer === undefined) {
-      // Not kept (too large for the budget), or too old to say "no such name".
-      if (listing.listedAt === 0) this.unlistable.set(parent, true);
-      return undefined;
-    }
+    // Too large for the budget: later misses here go one name at a time.
+    if (!this.deps.cache.hasListing(parent)) this.unlistable.set(parent, true);
+    const entry = listing.get(baseName(path));
+    if (!entry && !this.deps.cache.missingTrusted(listing.listedAt)) return undefined;
     this.misses.delete(parent);
-    return answer === 'missing' ? null : answer;
+    return entry;
   }
 
   /**
@@ -524,11 +541,11 @@ export class Namespace {
     if (componentProblem(base) !== null) return null;
     const name = this.deps.names.objectName(path);
     const dirPrefix = `${name}/`;
-    const page = await this.deps.client.list({ prefix: name, delimiter: '/', maxResults: LOOKUP_PAGE });
+    const page = await this.firstItems({ prefix: name, delimiter: '/', maxResults: this.pages.lookup });
     const file = page.objects.find((o) => o.name === name) ?? null;
     let isDir = page.prefixes.includes(dirPrefix);
     if (!isDir && !pageReaches(page, dirPrefix)) {
-      const more = await this.deps.client.list({ prefix: dirPrefix, delimiter: '/', maxResults: 1 });
+      const more = await this.firstItems({ prefix: dirPrefix, delimiter: '/', maxResults: 1 });
       isDir = more.objects.length > 0 || more.prefixes.length > 0;
     }
     if (isDir) {
@@ -536,6 +553,19 @@ export class Namespace {
       return { kind: 'dir', mtimeMs: null };
     }
     return file ? { kind: 'file', meta: file } : null;
+  }
+
+  /**
+   * The first page of a list request that holds an item, or says there is none. GCS may answer a page
+   * with no items and a token to go on (it skipped many names): taken as it is, that page would make an
+   * existing name "missing".
+   */
+  private async firstItems(req: ListRequest): Promise<ListPage> {
+    let page = await this.deps.client.list(req);
+    while (page.objects.length === 0 && page.prefixes.length === 0 && page.nextPageToken !== null) {
+      page = await this.deps.client.list({ ...req, pageToken: page.nextPageToken });
+    }
+    return page;
   }
 
   private visible(objectName: string, rel: string): boolean {

@@ -318,12 +318,16 @@ export class RangeLister {
       metas.push(page.metas[i]!);
     }
     const last = page.lastKey;
-    if (last === null || !page.more || (s.hi !== null && compareKeys(last, s.hi) >= 0) || (s.cursor !== null && compareKeys(last, s.cursor) <= 0)) {
+    // Only GCS's "no more" or a key at the part's end finishes a part. A page may hold fewer items than
+    // asked, even none, and still have more to come (GCS says so of pages that skip many names): such a
+    // page moves the cursor as far as it reached, and its token goes on from there.
+    if (!page.more || (last !== null && s.hi !== null && compareKeys(last, s.hi) >= 0)) {
       s.done = true;
     } else {
-      s.cursor = last;
+      const moved = last !== null && (s.cursor === null || compareKeys(last, s.cursor) > 0);
+      if (moved) s.cursor = last;
       s.resume = page.nextPageToken ? { start: from, end, token: page.nextPageToken } : null;
-      if (++this.fullPages >= SPLIT_AFTER_FULL_PAGES) this.split(s, page.keys);
+      if (moved && ++this.fullPages >= SPLIT_AFTER_FULL_PAGES) this.split(s, page.keys);
     }
     // The entries and the coverage they prove change together: onPage may ask what is covered now.
     this.entries += keys.length;
