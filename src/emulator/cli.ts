@@ -11,6 +11,7 @@ interface CliOptions {
   port: number;
   host: string;
   latencyMs?: number;
+  listMsPerEntry?: number;
   bandwidthMbps?: number;
   rate429?: number;
   rate503?: number;
@@ -47,6 +48,7 @@ function buildCommand(): Command {
     .option('--port <n>', 'port to listen on (0 = any free port)', integer('port', 0, 65535), 4443)
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .option('--latency-ms <ms>', 'delay before the first byte of every API response', nonNegative('latency'))
+    .option('--list-ms-per-entry <ms>', 'extra delay of a list response per entry it returns (real GCS: 0.1-0.3 ms)', nonNegative('list-ms-per-entry'))
     .option('--bandwidth-mbps <MB/s>', 'cap each response body at this many MB (10^6 bytes) per second; 0 = unlimited', nonNegative('bandwidth'))
     .option('--rate-429 <p>', 'probability (0..1) of answering an API request 429', rate('rate-429'))
     .option('--rate-503 <p>', 'probability (0..1) of answering an API request 503', rate('rate-503'))
@@ -77,6 +79,7 @@ function buildCommand(): Command {
 function knobsFrom(o: CliOptions): Partial<EmulatorKnobs> {
   const k: Partial<EmulatorKnobs> = {};
   if (o.latencyMs !== undefined) k.latencyMs = o.latencyMs;
+  if (o.listMsPerEntry !== undefined) k.listMsPerEntry = o.listMsPerEntry;
   if (o.bandwidthMbps !== undefined) k.bandwidthBytesPerSec = Math.round(o.bandwidthMbps * 1e6);
   if (o.rate429 !== undefined) k.rate429 = o.rate429;
   if (o.rate503 !== undefined) k.rate503 = o.rate503;

@@ -17,6 +17,12 @@ export interface EmulatorKnobs {
   shortBodyRate: number;
   /** Largest list page (items + prefixes), 1..1000. */
   pageSize: number;
+  /**
+   * Extra delay of a list response per item or prefix it returns, in ms (on top of latencyMs): real GCS
+   * answers a 1,000-entry page in 100-300 ms and a 1-entry page in a round trip, so a client that asks
+   * for big pages where a small one would do pays for it.
+   */
+  listMsPerEntry: number;
   /** Seeds the dice; setting it restarts the sequence. */
   seed: number;
   /** Every media request answers this status (e.g. 403, 404), for permanent-error tests. */
@@ -54,6 +60,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   resetRate: 0,
   shortBodyRate: 0,
   pageSize: 1000,
+  listMsPerEntry: 0,
   seed: 1,
   failMedia: null,
   stall: false,
@@ -67,7 +74,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
 };
 
 const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate'] as const;
-const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs'] as const;
+const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry'] as const;
 
 /** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
 export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {

@@ -63,6 +63,8 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
   // copied key by key for nothing.
   const out = project(body, fields) as Record<string, unknown>;
   if (items.length && selects(fields, ['items'])) out.items = items;
+  const entries = page.items.length + page.prefixes.length;
+  if (ctx.knobs.listMsPerEntry > 0 && entries > 0) await new Promise((r) => setTimeout(r, ctx.knobs.listMsPerEntry * entries));
   await ctx.json(200, out);
 }
 

@@ -192,6 +192,12 @@ export class MetadataCache {
     return held instanceof Listing ? held.count : null;
   }
 
+  /** The folder's complete listing if held (an LRU use, no hit or miss counted). */
+  peekListing(path: string): Listing | undefined {
+    const held = this.stats?.get(`l:${path}`);
+    return held instanceof Listing ? held : undefined;
+  }
+
   listing(path: string): Listing | undefined {
     const hit = this.stats?.get(`l:${path}`);
     if (hit instanceof Listing) {

@@ -8,6 +8,7 @@ import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
 import { baseName, parentPath } from './paths.js';
 import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
+import { Walk, type WalkDeps } from './walks.js';
 
 /** How many items a list page asks for. */
 export interface ListPageSizes {
@@ -29,13 +30,6 @@ export const DEFAULT_PAGE_SIZES: ListPageSizes = { lookup: 100, list: 1000 };
  * request per 1,000 names) then answers every name, missing chunks included.
  */
 const LIST_AFTER_MISSES = 2;
-
-/**
- * Entries a walk lists beyond what its reader has read (complete folders not read yet, and folders it is
- * still in the middle of): the walk pauses there, so `ls a; ls a/b` at the top of a large bucket costs a
- * few dozen requests, not the bucket, even where one folder below holds millions of objects.
- */
-const WALK_AHEAD_ENTRIES = 50_000;
 
 export interface MetadataPrefetchConfig {
   /** gcsfuse's --enable-metadata-prefetch: the first lookup in a folder lists it in the background. */
@@ -78,23 +72,6 @@ interface FolderJob {
   startedAt: number;
 }
 
-/** A subtree being listed flat, filling every folder's listing as its key range completes. */
-interface Walk {
-  /** Mount path of the subtree's top folder. */
-  root: string;
-  lister: RangeLister;
-  /** Folders (relative to root, '' for root) with entries so far, not yet complete. */
-  open: Map<string, { listing: Listing; keys: string[]; metas: (ObjectMeta | null)[] }>;
-  /** Complete folders nobody has read yet, and their entries (the walk pauses past WALK_AHEAD_ENTRIES). */
-  unread: Map<string, Listing>;
-  unreadEntries: number;
-  /** Entries in `open` folders: a huge folder deep below is held here until it completes. */
-  openEntries: number;
-  /** When it started, by the cache's clock: its folders say "no such name" for the negative TTL from then. */
-  startedAt: number;
-  expiresAt: number;
-}
-
 /** Resolves paths to objects and prefixes, the way a user coming from gcsfuse with --implicit-dirs expects. */
 export class Namespace {
   private readonly lookups = new Map<string, Promise<Entry | null>>();
@@ -111,6 +88,7 @@ export class Namespace {
   private readonly ttl: number;
   private observer: NamespaceObserver | null = null;
   private readonly pages: ListPageSizes;
+  private readonly walkDeps: WalkDeps;
 
   constructor(private readonly deps: NamespaceDeps) {
     this.ttl = deps.listTtlMs > 0 ? deps.listTtlMs : 60_000;
@@ -120,6 +98,20 @@ export class Namespace {
     this.prefetch = deps.prefetch ?? DEFAULT_METADATA_PREFETCH;
     this.pages = deps.pageSizes ?? DEFAULT_PAGE_SIZES;
     this.workers = new ListWorkers(Math.max(1, this.prefetch.maxWorkers));
+    this.walkDeps = {
+      client: deps.client,
+      names: deps.names,
+      cache: deps.cache,
+      metrics: deps.metrics,
+      workers: this.workers,
+      pages: this.pages,
+      ttlMs: this.ttl,
+      entriesLimit: this.prefetch.entriesLimit,
+      maxParallel: Math.max(1, this.prefetch.maxWorkers),
+      visible: (objectName, rel) => this.visible(objectName, rel),
+      hideConflict: (objectName) => this.hideConflict(objectName),
+      listed: (path, listing) => this.observer?.listed(path, listing),
+    };
     deps.metrics.setGauge('meta_listings_in_progress', () => this.jobs.size);
     deps.metrics.setGauge('meta_walks_in_progress', () => this.walks.length);
     deps.metrics.setGauge('meta_list_workers_busy', () => this.workers.inFlight);
@@ -142,18 +134,21 @@ export class Namespace {
     return shared(this.lookups, path, async () => {
       const base = baseName(path);
       if (componentProblem(base) !== null) return null;
-      const walk = this.walkBelow(parent);
+      const walk = this.walkHolding(parent, 'readdir');
       if (walk) {
-        const listing = await this.walkFolder(walk, parent).catch(() => null);
+        const listing = await walk.folder(parent).catch(() => null);
         const entry = listing?.get(base);
         if (entry) return entry;
         if (listing && this.deps.cache.missingTrusted(listing.listedAt)) return null;
       }
-      // A listing held but too old to say "no such name": this one name is asked, unless names missing
-      // from it keep coming (a Zarr reader's fill-value chunks); then the folder is listed again.
-      const job = this.liveJob(parent) ?? (this.prefetching(parent) && this.listAgain(parent) ? this.startJob(parent, base, false) : null);
+      // A readdir listing the folder now answers from its pages; else a lookup walk of the folder (or of
+      // one above it) lists from this name on, and answers the names after it at every depth.
+      const job = this.liveJob(parent);
       if (job) {
         const answer = await this.fromJob(job, base);
+        if (answer !== undefined) return answer;
+      } else if (this.prefetching(parent)) {
+        const answer = await this.fromLookupWalk(parent, base);
         if (answer !== undefined) return answer;
       } else if (!this.prefetch.enabled && (this.listings.has(parent) || this.worthListing(parent))) {
         const fromListing = await this.lookupByListing(path, parent);
@@ -178,15 +173,15 @@ export class Namespace {
       return Promise.resolve(cached);
     }
     return shared(this.listings, path, async () => {
-      const walk = this.walkBelow(path) ?? this.maybeStartWalk(path);
+      const walk = this.walkHolding(path, 'readdir') ?? this.maybeStartWalk(path);
       if (walk) {
-        const listing = await this.walkFolder(walk, path).catch(() => null);
+        const listing = await walk.folder(path).catch(() => null);
         if (listing) {
           this.sawReaddir(path, listing);
           return listing;
         }
       }
-      const job = this.liveJob(path) ?? this.startJob(path, '', true);
+      const job = this.liveJob(path) ?? this.startJob(path);
       await job.lister.finish();
       this.sawReaddir(path, job.listing);
       return job.listing;
@@ -198,8 +193,11 @@ export class Namespace {
    * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
    */
   forget(path: string): void {
-    this.deps.cache.forget(path, parentPath(path));
-    this.jobs.delete(parentPath(path));
+    const parent = parentPath(path);
+    this.deps.cache.forget(path, parent);
+    this.jobs.delete(parent);
+    // A walk's pages named the old generation too.
+    this.walks = this.walks.filter((w) => !w.holds(parent) && w.root !== parent);
   }
 
   // ---------------------------------------------------------------- folder listings
@@ -219,12 +217,8 @@ export class Namespace {
     return job;
   }
 
-  /**
-   * Lists the folder at `path` in parts: from `from` onwards first (a lookup waits on that page, and the
-   * names after it are the likeliest next), the part before it in the background. `urgent`: someone
-   * waits for all of it.
-   */
-  private startJob(path: string, from: string, urgent: boolean): FolderJob {
+  /** Lists all of the folder at `path` now (a readdir waits), in parts in parallel where it is large. */
+  private startJob(path: string): FolderJob {
     const prefix = this.deps.names.dirPrefix(path);
     const listing = new Listing(prefix);
     const startedAt = this.deps.cache.now();
@@ -235,14 +229,10 @@ export class Namespace {
       workers: this.workers,
       maxParallel: Math.max(1, this.prefetch.maxWorkers),
       delimited: true,
-      // A prefetch stops at the entry limit, or where the listing could no longer be kept; lookups still
-      // list what they need, and a readdir lists the rest.
-      paused: () => lister.count >= this.prefetch.entriesLimit || listing.bytes > this.deps.cache.listingBudget,
     });
     const job: FolderJob = { listing, lister, expiresAt: startedAt + this.ttl, startedAt };
     this.jobs.set(path, job);
-    if (!urgent) this.deps.metrics.inc('meta_prefetch_listings');
-    lister.start(from, urgent);
+    lister.start('', true);
     lister.completion.then(
       () => {
         listing.compact((name) => this.hideConflict(name));
@@ -336,180 +326,47 @@ export class Namespace {
     const base = baseName(path);
     const folders = parentListing.dirNames();
     if (folders.length < 2 || !folders.includes(base)) return null;
-    return this.startWalk(parent, folders);
+    return this.addWalk(Walk.forReaddir(this.walkDeps, parent, folders));
   }
 
-  private startWalk(root: string, folders: string[]): Walk {
-    this.walks = this.walks.filter((w) => !w.lister.failed && this.deps.cache.now() <= w.expiresAt && !w.lister.done);
-    const prefix = this.deps.names.dirPrefix(root);
-    const parts = Math.max(1, this.prefetch.maxWorkers);
-    // Cut at sub-folders, evenly: ten parts of ten folders each rather than a part (a request) per folder.
-    const sorted = folders.map((f) => `${f}/`).sort(compareKeys);
-    const splits: string[] = [];
-    for (let k = 1; k < parts && k < sorted.length; k++) splits.push(sorted[Math.floor((k * sorted.length) / parts)]!);
-    const walk: Walk = {
-      root,
-      lister: null as unknown as RangeLister,
-      open: new Map(),
-      unread: new Map(),
-      unreadEntries: 0,
-      openEntries: 0,
-      startedAt: this.deps.cache.now(),
-      expiresAt: this.deps.cache.now() + this.ttl,
-    };
-    walk.lister = new RangeLister({
-      fetch: (start, end, token) => this.flatPage(prefix, start, end, token),
-      onPage: (keys, metas) => this.fillWalk(walk, prefix, keys, metas),
-      workers: this.workers,
-      maxParallel: parts,
-      delimited: false,
-      paused: () => walk.unreadEntries + walk.openEntries > WALK_AHEAD_ENTRIES,
-    });
+  private addWalk(walk: Walk): Walk {
+    const now = this.deps.cache.now();
+    this.walks = this.walks.filter((w) => w.live(now));
     this.walks.push(walk);
-    this.deps.metrics.inc('meta_walks');
-    walk.lister.start('', false, splits);
     return walk;
   }
 
-  /** The live walk whose subtree holds `path` strictly below its top folder. */
-  private walkBelow(path: string): Walk | null {
+  /** The live walk of this kind that answers for the folder at `path`. */
+  private walkHolding(path: string, kind: Walk['kind']): Walk | null {
     const now = this.deps.cache.now();
-    for (const w of this.walks) {
-      if (w.lister.failed || now > w.expiresAt) continue;
-      const inside = w.root === '/' ? path !== '/' : path.startsWith(`${w.root}/`);
-      if (inside) return w;
-    }
+    for (const w of this.walks) if (w.kind === kind && w.live(now) && w.holds(path)) return w;
     return null;
   }
 
   /**
-   * Waits for the walk to have listed all of `path`, and returns its listing; null when the walk no
-   * longer holds it (read once already and since gone from the cache: evicted, forgotten, or too large
-   * to keep), so the caller lists the folder itself. Never an empty stand-in: that would be a folder
-   * shown empty and every name in it "missing".
+   * The answer for `base` in `folder` from a lookup walk: the one that holds the folder, or a new one
+   * rooted at it. A walk too old to say "no such name" gives way to a new one starting at this name (one
+   * request, whose page also answers the names after it). Undefined: ask GCS.
    */
-  private async walkFolder(walk: Walk, path: string): Promise<Listing | null> {
-    const rel = walk.root === '/' ? path.slice(1) : path.slice(walk.root.length + 1);
-    const done = this.deps.cache.listing(path) ?? walk.unread.get(rel);
-    if (!done) await walk.lister.coverRange(`${rel}/`, `${rel}0`);
-    const listing = walk.unread.get(rel) ?? this.deps.cache.listing(path) ?? null;
-    if (listing && walk.unread.delete(rel)) {
-      walk.unreadEntries -= listing.count;
-      walk.lister.resume();
+  private async fromLookupWalk(folder: string, base: string): Promise<Entry | null | undefined> {
+    let walk = this.walkHolding(folder, 'lookup');
+    for (let attempt = 0; attempt < 2; attempt++) {
+      walk ??= this.addWalk(Walk.forLookup(this.walkDeps, folder, base));
+      const answer = await walk.lookup(folder, base).catch(() => undefined);
+      if (answer !== null || this.deps.cache.missingTrusted(walk.startedAt)) return answer;
+      this.walks = this.walks.filter((w) => w !== walk);
+      walk = null;
     }
-    return listing;
-  }
-
-  /** One flat page of the walk's subtree: every object, keys relative to the subtree. */
-  private async flatPage(prefix: string, start: string, end: string | null, pageToken?: string): Promise<FetchedPage> {
-    const page = await this.deps.client.list({
-      prefix,
-      maxResults: this.pages.list,
-      ...(start ? { startOffset: prefix + start } : {}),
-      ...(end !== null ? { endOffset: prefix + end } : {}),
-      ...(pageToken ? { pageToken } : {}),
-    });
-    const keys = page.objects.map((o) => o.name.slice(prefix.length));
-    return { keys, metas: page.objects, lastKey: keys.at(-1) ?? null, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
-  }
-
-  /**
-   * Sorts a flat page into the folders it passes through: `a/b/c` is the file `c` of folder `a/b` and
-   * the directory `b` of folder `a`. In name order each folder's entries arrive in its own key order.
-   * Then every open folder whose key range the walk has now covered is complete, and cached.
-   */
-  private fillWalk(walk: Walk, prefix: string, keys: readonly string[], metas: readonly (ObjectMeta | null)[]): void {
-    const touched = new Set<string>();
-    const folderOf = (rel: string) => {
-      let f = walk.open.get(rel);
-      if (!f) {
-        f = { listing: new Listing(rel === '' ? prefix : `${prefix}${rel}/`), keys: [], metas: [] };
-        f.listing.listedAt = walk.startedAt;
-        walk.open.set(rel, f);
-      }
-      touched.add(rel);
-      return f;
-    };
-    for (let i = 0; i < keys.length; i++) {
-      const key = keys[i]!;
-      const parts = key.split('/');
-      let folder = '';
-      folderOf('');
-      for (let j = 0; j < parts.length; j++) {
-        const c = parts[j]!;
-        const last = j === parts.length - 1;
-        if (last && c === '') break; // a placeholder object: the folder itself
-        if (componentProblem(c) !== null) {
-          this.visible(prefix + key, c);
-          break;
-        }
-        const f = folderOf(folder);
-        const entryKey = last ? c : `${c}/`;
-        if (f.keys.at(-1) !== entryKey) {
-          f.keys.push(entryKey);
-          f.metas.push(last ? metas[i]! : null);
-        }
-        folder = folder === '' ? c : `${folder}/${c}`;
-        if (!last) folderOf(folder);
-      }
-    }
-    for (const rel of touched) {
-      const f = walk.open.get(rel)!;
-      if (f.keys.length > 0) {
-        f.listing.add(ListingRun.of(f.keys, f.metas));
-        walk.openEntries += f.keys.length;
-      }
-      f.keys = [];
-      f.metas = [];
-    }
-    for (const [rel, f] of walk.open) {
-      if (!(rel === '' ? walk.lister.coversRange('', null) || walk.lister.done : walk.lister.coversRange(`${rel}/`, `${rel}0`))) continue;
-      walk.open.delete(rel);
-      walk.openEntries -= f.listing.count;
-      f.listing.compact((name) => this.hideConflict(name));
-      const path = rel === '' ? walk.root : walk.root === '/' ? `/${rel}` : `${walk.root}/${rel}`;
-      this.deps.cache.rememberListing(path, f.listing);
-      this.observer?.listed(path, f.listing);
-      this.deps.metrics.inc('meta_walk_folders');
-      if (rel !== '') {
-        walk.unread.set(rel, f.listing);
-        walk.unreadEntries += f.listing.count;
-      }
-    }
+    return undefined;
   }
 
   /** Remembers a readdir (for the walk rule) and tells the walk its reader has read the folder. */
   private sawReaddir(path: string, listing: Listing): void {
     this.readdirs.set(path, true);
-    const walk = this.walkBelow(path);
-    if (!walk) return;
-    const rel = walk.root === '/' ? path.slice(1) : path.slice(walk.root.length + 1);
-    if (walk.unread.delete(rel)) {
-      walk.unreadEntries -= listing.count;
-      walk.lister.resume();
-    }
+    this.walkHolding(path, 'readdir')?.sawReaddir(path, listing);
   }
 
   // ---------------------------------------------------------------- single names
-
-  /**
-   * Whether to list `parent` now: it has no listing, or its listing is too old to say "no such name" and
-   * as many lookups have missed in it since as listing it again costs pages (at least two). Misses of a
-   * small folder (a Zarr array's chunks, fill values among them) then cost one page per negative TTL,
-   * not a request per name; a huge folder is not listed again for a rare missing name.
-   */
-  private listAgain(parent: string): boolean {
-    const held = this.deps.cache.heldListingCount(parent);
-    if (held === null) return true;
-    const n = (this.misses.get(parent) ?? 0) + 1;
-    if (n < Math.max(LIST_AFTER_MISSES, Math.ceil(held / this.pages.list))) {
-      this.misses.set(parent, n);
-      return false;
-    }
-    this.misses.delete(parent);
-    this.deps.metrics.inc('meta_relistings');
-    return true;
-  }
 
   private worthListing(parent: string): boolean {
     if (this.unlistable.has(parent)) return false;

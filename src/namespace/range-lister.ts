@@ -83,6 +83,14 @@ export interface RangeListerConfig {
   delimited: boolean;
   /** Background pages wait while this says so (a walk far ahead of its reader, an entry limit). */
   paused?: () => boolean;
+  /**
+   * Parts nobody has asked for yet are not listed in the background: a part goes out only when a waiter
+   * needs it, and goes on in the background only once it has had a page (a reader is there). A lookup's
+   * listing must not pay for the names before the one looked up.
+   */
+  lazy?: boolean;
+  /** Told as each background page starts (a page nobody waits on). */
+  onBackgroundPage?: () => void;
 }
 
 /** A part [lo, hi) of the key range, listed page by page from lo; everything up to `cursor` is known. */
@@ -223,6 +231,21 @@ export class RangeLister {
     return p;
   }
 
+  /**
+   * Resolves once `done()` holds or every key in [from, to) is covered, listing that range now until
+   * then: a lookup that needs to know whether anything lies under `name/` waits for the first key there,
+   * not for the whole subtree.
+   */
+  coverUntil(from: string, to: string | null, done: () => boolean): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    const covered = () => done() || this.coversRange(from, to);
+    if (covered()) return Promise.resolve();
+    const p = this.wait(from, to, covered);
+    if (!this.covers(from)) this.startAt(from);
+    for (const s of this.segments) if (this.needed(s)) this.next(s, true);
+    return p;
+  }
+
   /** Resolves when the whole range is covered, without hurrying anything. */
   get completion(): Promise<void> {
     return this.finished;
@@ -277,12 +300,14 @@ export class RangeLister {
       return;
     }
     if (s.queued) return;
+    if (this.cfg.lazy && s.cursor === null) return; // a waiter asks for it
     if (this.cfg.paused?.()) return; // resume() picks it up
     let started = false;
     const ticket = this.cfg.workers.run(() => {
       started = true;
       s.queued = null;
       if (!this.urgent && this.cfg.paused?.()) return Promise.resolve();
+      if (!this.urgent && !this.needed(s)) this.cfg.onBackgroundPage?.();
       return this.page(s);
     });
     // A free worker starts it before run() returns: then there is no queued ticket to keep.

@@ -154,17 +154,18 @@ export class Prefetcher {
     }
   }
 
-  /** The object at `path` as its folder's listing shows it, or null when the listing has no such file. */
+  /**
+   * The object at `path`, or null when there is no such file. A lookup, not a listing of its folder: in
+   * a nested store (`t2m/c/T/Y/X`) a listing per chunk folder would cost a request per folder, while the
+   * lookup walk that answered the reader's own opens already holds the chunks after them.
+   */
   private async listed(path: string): Promise<ObjectMeta | null> {
-    const dir = parentPath(path);
-    const base = path.slice(dir.length + 1);
-    let listing;
+    let e;
     try {
-      listing = await this.deps.namespace.readdir(dir);
+      e = await this.deps.namespace.lookup(path);
     } catch {
-      return null; // a chunk folder that does not exist: every chunk in it is a fill value
+      return null;
     }
-    const e = listing.get(base);
     return e?.kind === 'file' ? e.meta : null;
   }
 
