@@ -104,6 +104,9 @@ describe('a block cache that meets trouble recovers from it', () => {
     const { log, warn, info, said } = logSpy();
     const metrics = new Metrics();
     const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, fullPauseMs: 200 }, log, metrics);
+    // The pause is kept on the cache's own clock, so a slow `find` below cannot outlast it.
+    let now = Date.now();
+    vi.spyOn(Date, 'now').mockImplementation(() => now);
     try {
       const put = vi.spyOn(BlockIndex.prototype, 'put').mockImplementationOnce(() => {
         throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
@@ -113,9 +116,10 @@ describe('a block cache that meets trouble recovers from it', () => {
       expect(cache.info().state).toBe('full');
       expect(said(warn, 'disk is full')).toBe(1);
       expect(await blockFiles(dir)).toEqual([]); // renamed into place, then taken back
+      now += 199;
       await cache.write(key(1), Buffer.alloc(1000, 2)); // within the pause: not even tried
       expect(put).toHaveBeenCalledTimes(1);
-      await new Promise((r) => setTimeout(r, 300));
+      now += 1;
       await cache.write(key(1), Buffer.alloc(1000, 2));
       expect(cache.info()).toMatchObject({ state: 'ok', blocks: 1 });
       expect(said(info, 'room again')).toBe(1);
@@ -238,6 +242,7 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
     const dir = await tempDir('index');
     const index = BlockIndex.open(join(dir, 'index.sqlite'));
     try {
+      const realPut = BlockIndex.prototype.put;
       const put = vi.spyOn(BlockIndex.prototype, 'put');
       const committed = Promise.all([0, 1, 2].map((i) => index.putSoon(row(i))));
       // Before the commit: visible to get and has, and nothing written yet.
@@ -247,8 +252,11 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
       await committed;
       expect(put).toHaveBeenCalledTimes(3);
       expect(index.totals().blocks).toBe(3);
-      // A failing statement takes the whole batch back: none of its rows is in the index.
-      put.mockImplementationOnce(() => undefined).mockImplementationOnce(() => {
+      // A failing statement takes the whole batch back: row 3 is written, row 4 fails, and neither is
+      // in the index after (without the rollback, row 3 would stay).
+      put.mockImplementationOnce(function (this: BlockIndex, r) {
+        realPut.call(this, r);
+      }).mockImplementationOnce(() => {
         throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
       });
       const outcomes = await Promise.allSettled([3, 4].map((i) => index.putSoon(row(i))));

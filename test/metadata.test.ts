@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cleanupAll, eventually, mount, run, sha256Of, startBucket, unmount, writeObjects, type Mounted, type TestBucket } from './helpers/harness.js';
+import { heldReader } from './helpers/held-reader.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
 const PY = '/usr/bin/python3';
@@ -91,25 +92,27 @@ describe('metadata caches', () => {
     const path = join(m.path, 'replaced.bin');
     expect(await sha256Of(path)).toBe(sha256(old));
     // A reader opens the old generation and reads its first block; then the object is replaced.
-    const reader = run(PY, ['-c', `
-import sys, time, hashlib
+    // It holds the file open until told to go on, however long the steps below take.
+    const reader = heldReader(`
+import sys, hashlib
 f = open(${JSON.stringify(path)}, 'rb')
 head = f.read(${MIB})
 sys.stdout.write('opened\\n'); sys.stdout.flush()
-time.sleep(3)
+sys.stdin.readline()
 try:
     print(hashlib.sha256(head + f.read()).hexdigest())
 except OSError as e:
     print('error', e.errno)
-`]);
-    await sleep(700);
+`);
+    await reader.opened;
     await upload(tb, 'replaced.bin', replacement);
-    await sleep(1_500);
+    await sleep(1_500); // past the 1 s TTL: time itself is what is tested
     // Past the TTL, but the reader still holds the old generation open: every open sees that one, so
     // the kernel's page cache (one per inode, shared by all opens) never takes in bytes of the new one.
     const during = await run('sha256sum', [path]);
     expect([sha256(old), '']).toContain(during.stdout.split(' ')[0]);
-    const out = (await reader).stdout.trim().split('\n');
+    reader.proceed();
+    const out = (await reader.done).stdout.trim().split('\n');
     expect(out[0]).toBe('opened');
     // The open file pinned the old generation: it reads all of it, or fails; it never mixes in new bytes.
     expect([sha256(old), 'error 5']).toContain(out[1]);

@@ -16,7 +16,7 @@ async function main(): Promise<number> {
   const seconds = num('--seconds', 60);
   const report = await runTorture({ seconds, readers: num('--readers', 6), objects: num('--objects', 16), seed: num('--seed', Date.now() % 100_000), log: (l) => process.stderr.write(`${l}\n`) });
   process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors, ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements\n`);
+  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements\n`);
   return report.mismatches === 0 ? 0 : 1;
 }
 

@@ -27,6 +27,17 @@ export interface TortureReport {
   /** Reads that failed (EIO while retries ran out, ENOTCONN during a restart): allowed, never wrong. */
   errors: number;
   errorCodes: Record<string, number>;
+  /**
+   * Failed reads that neither a restart (from the SIGKILL to a few seconds after the new daemon mounted)
+   * nor a replacement of that object just before explains: injected faults, which retries should absorb.
+   */
+  unexplainedErrors: number;
+  unexplainedSamples: string[];
+  /**
+   * GCS requests the daemons gave up on (their logs' "GCS request failed" or "gave up" lines), but for
+   * 404 and 412 (a replaced generation): an injected fault that was not retried away.
+   */
+  gcsGaveUp: number;
   /** Reads of a generation older than the ones still kept for comparison: neither right nor wrong. */
   unverifiable: number;
   faultsInjected: Record<string, number>;
@@ -51,6 +62,12 @@ interface ReadLine {
 }
 
 const CHUNK = 64 * 1024;
+/**
+ * How long a replacement or a restart explains a failed read. A read that had the object open when it
+ * was replaced may fail (its generation is gone), as may an open within the 1 s metadata TTL; a read is
+ * at most 16 MiB, a few seconds under latency spikes. Each object is replaced only every 22 s.
+ */
+const EXPLAINS_MS = 5_000;
 
 /** Which generation each 64 KiB piece of a wrong read matches (-1: none), for the mismatch report. */
 function anatomy(r: ReadLine, versions: readonly Buffer[]): string {
@@ -108,7 +125,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     port: 0,
     knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
   });
-  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
 
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
@@ -128,11 +145,21 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     }
   };
 
+  const replacedAt = new Map<string, number>();
+  /** From each SIGKILL to when the daemon after it mounted (Infinity while it has not). */
+  const restarts: { killed: number; mounted: number }[] = [];
   const check = (r: ReadLine) => {
     report.reads++;
     if (r.error !== undefined) {
       report.errors++;
       report.errorCodes[r.error] = (report.errorCodes[r.error] ?? 0) + 1;
+      const now = Date.now();
+      const byRestart = restarts.some((x) => now >= x.killed && now <= x.mounted + EXPLAINS_MS);
+      const byReplacement = now - (replacedAt.get(r.name) ?? Number.NEGATIVE_INFINITY) <= EXPLAINS_MS;
+      if (!byRestart && !byReplacement) {
+        report.unexplainedErrors++;
+        if (report.unexplainedSamples.length < 10) report.unexplainedSamples.push(`${r.error} ${r.name} [${r.offset}, +${r.length})`);
+      }
       return;
     }
     const versions = history.get(r.name)!;
@@ -176,6 +203,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         const content = randomBytes(sizes[(tick + versions.length) % sizes.length]!);
         versions.push(content);
         if (versions.length > KEEP_GENERATIONS) versions.shift();
+        replacedAt.set(name, Date.now());
         // Straight into the emulator's folder (temp file, rename): a new mtime is a new generation, and
         // the emulator's injected faults are for the mount, not for the test's own writes.
         const tmp = join(root, `.replace-${tick}`);
@@ -195,9 +223,12 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       }
       if (tick % 20 === 10 && Date.now() < deadline - 5_000) {
         log(`SIGKILL of the daemon (restart ${report.restarts + 1})`);
+        const restart = { killed: Date.now(), mounted: Number.POSITIVE_INFINITY };
+        restarts.push(restart);
         (daemon as ChildProcess | null)?.kill('SIGKILL');
         await new Promise((r) => setTimeout(r, 300));
         await startDaemon();
+        restart.mounted = Date.now();
         report.restarts++;
       }
     }
@@ -211,6 +242,17 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
     }
     await new Promise<void>((r) => spawn('fusermount3', ['-u', '-z', mnt], { stdio: 'ignore' }).on('close', () => r()));
+    for (const line of (await fsp.readFile(logFile, 'utf8').catch(() => '')).split('\n')) {
+      if (!line.includes('GCS request')) continue;
+      let entry: { msg?: string; status?: number | null; lastStatus?: number | null };
+      try {
+        entry = JSON.parse(line) as typeof entry;
+      } catch {
+        continue; // a line cut by a SIGKILL
+      }
+      const status = entry.status ?? entry.lastStatus ?? null;
+      if (/^GCS request (failed|gave up)/.test(entry.msg ?? '') && status !== 404 && status !== 412) report.gcsGaveUp++;
+    }
     await emulator.close();
     await fsp.rm(dir, { recursive: true, force: true });
   }

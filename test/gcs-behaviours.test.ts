@@ -1,4 +1,4 @@
-// GCS behaviour the first emulator lacked, and the environments operators run daemons in (issue 16):
+// GCS behaviours, tested on the emulator (no real GCS is contacted): behaviour the first emulator lacked, and the environments operators run daemons in (issue 16):
 // gzip-encoded objects, HTTP(S)_PROXY and NO_PROXY.
 import http from 'node:http';
 import net from 'node:net';
