@@ -189,6 +189,14 @@ export class Namespace {
   }
 
   /**
+   * What is held of the folder at `path` without asking GCS: its complete listing, or the part a lookup
+   * walk has listed so far (names in key order, the ones after each looked-up name). Null when nothing.
+   */
+  heldListing(path: string): Listing | null {
+    return this.deps.cache.peekListing(path) ?? this.walkHolding(path, 'lookup')?.held(path) ?? null;
+  }
+
+  /**
    * Called when GCS no longer has the generation the caches named (the object was replaced or deleted
    * within the TTL): the next lookup asks GCS, so one failed read does not become a TTL of failures.
    */

@@ -185,8 +185,8 @@ export class Walk {
     const key = rel === '' ? base : `${rel}/${base}`;
     const dirKnown = () => this.entryIn(folder, rel, base)?.kind === 'dir';
     const known = () => this.lister.covers(key) && (dirKnown() || this.lister.coversRange(`${key}/`, `${key}0`));
+    this.earn();
     if (known()) {
-      this.earn();
       this.deps.metrics.inc('meta_list_hits');
     } else {
       this.deps.metrics.inc('meta_prefetch_joined');
@@ -194,6 +194,12 @@ export class Walk {
       await this.lister.coverUntil(`${key}/`, `${key}0`, dirKnown);
     }
     return this.entryIn(folder, rel, base);
+  }
+
+  /** What the walk holds of the folder at `folder`, complete or not (names in key order); null if nothing. */
+  held(folder: string): Listing | null {
+    const rel = this.rel(folder);
+    return this.open.get(rel)?.listing ?? (this.completed.has(rel) ? (this.deps.cache.peekListing(folder) ?? null) : null);
   }
 
   /** The entry for `base` among what the walk has of folder `rel`: open, complete and cached, or never seen. */

@@ -3,7 +3,6 @@ import type { DiskCache } from '../blocks/disk-cache.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
-import { compareKeys } from '../namespace/listing.js';
 import type { Namespace } from '../namespace/namespace.js';
 import { baseName, childPath, parentPath } from '../namespace/paths.js';
 import type { PrefetchStore } from './prefetch-store.js';
@@ -118,8 +117,10 @@ export class Prefetcher {
     }
     const previous = state.last;
     state.last = base;
-    // Until two opens in a row go up in name order, the folder is not worth a listing.
-    if (!state.stream && !(compareKeys(base, previous) > 0)) return;
+    // Until two opens in a row are near neighbours going up in name order (as far as the names held say:
+    // the pages that answered the opens hold the names after each), the folder is not worth a listing.
+    // Random opens in a folder of 100,000 go up half the time, and would list it whole.
+    if (!state.stream && !this.neighbours(dir, previous, base)) return;
     const listing = await this.deps.namespace.readdir(dir);
     const position = listing.fileOrdinal(base);
     if (position < 0) return;
@@ -134,6 +135,15 @@ export class Prefetcher {
     const stream = state.stream;
     const epoch = stream.epoch;
     await this.fetchAll(paths, () => stream.epoch === epoch);
+  }
+
+  /** Whether `base` is one of the two files after `previous` among the names held of `dir`. */
+  private neighbours(dir: string, previous: string, base: string): boolean {
+    const held = this.deps.namespace.heldListing(dir);
+    if (!held) return false;
+    const a = held.fileOrdinal(previous);
+    const b = held.fileOrdinal(base);
+    return a >= 0 && b > a && b - a <= 2;
   }
 
   /**
@@ -216,16 +226,18 @@ export class Prefetcher {
     return found;
   }
 
+  /**
+   * The array whose chunk folder `dir` is, from its metadata file, found by lookups: a listing of the
+   * folder would cost a request per chunk folder of a nested store, and a whole listing of a flat one
+   * (100,000 chunks) just to learn that `.zarray` is there.
+   */
   private async findArray(dir: string): Promise<ZarrArray | null> {
-    const listing = await this.deps.namespace.readdir(dir);
     for (const name of ARRAY_METADATA_FILES) {
-      const e = listing.get(name);
+      const e = await this.deps.namespace.lookup(childPath(dir, name));
       if (e?.kind !== 'file') continue;
       // A v2 array in a consolidated store: its layout is in the store's .zmetadata, which the reader
       // (xarray, zarr) has read already, so it is in the cache; the .zarray would be one more GET.
-      const layout =
-        (name === '.zarray' ? await this.consolidatedLayout(dir, listing) : null) ??
-        parseArrayMetadata(name, await this.readSmall(e.meta, MAX_METADATA_BLOCKS));
+      const layout = (name === '.zarray' ? await this.consolidatedLayout(dir) : null) ?? parseArrayMetadata(name, await this.readSmall(e.meta, MAX_METADATA_BLOCKS));
       if (layout) return { root: dir, layout, stream: new ReadStream(this.deps.config.maxFilesAhead) };
     }
     // Only folders named like chunk indices ('/'-separated keys, v3's 'c') can sit inside an array.
@@ -239,11 +251,11 @@ export class Prefetcher {
    * or a group folder above it (each with `.zgroup`) holding `.zmetadata`. Null when there is none, or it
    * does not name this array (then the array's own .zarray is read).
    */
-  private async consolidatedLayout(dir: string, entries: DirEntries): Promise<ZarrLayout | null> {
+  private async consolidatedLayout(dir: string): Promise<ZarrLayout | null> {
     let folder = dir;
     let key = '';
     for (let depth = 0; depth <= MAX_GROUP_DEPTH; depth++) {
-      const found = entries.get(CONSOLIDATED);
+      const found = await this.deps.namespace.lookup(childPath(folder, CONSOLIDATED));
       if (found?.kind === 'file') {
         const doc = await this.consolidatedOf(folder, found.meta);
         const zarray = doc?.[key ? `${key}/.zarray` : '.zarray'];
@@ -253,14 +265,9 @@ export class Prefetcher {
         return layout;
       }
       // Only a group can hold the store's root above; the first folder that is none ends the search.
-      if (folder === '/' || (depth > 0 && entries.get('.zgroup')?.kind !== 'file')) return null;
+      if (folder === '/' || (depth > 0 && (await this.deps.namespace.lookup(childPath(folder, '.zgroup')))?.kind !== 'file')) return null;
       key = key ? `${baseName(folder)}/${key}` : baseName(folder);
       folder = parentPath(folder);
-      try {
-        entries = await this.deps.namespace.readdir(folder);
-      } catch {
-        return null;
-      }
     }
     return null;
   }
@@ -306,5 +313,4 @@ export class Prefetcher {
   }
 }
 
-type DirEntries = Awaited<ReturnType<Namespace['readdir']>>;
 
