@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BLOCK_TABLE } from '../src/blocks/block-index.js';
 import { BLOCKS_DIR, blockFileKey } from '../src/blocks/disk-cache.js';
+import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { cleanupAll, eventually, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
@@ -12,7 +13,7 @@ const BLOCK = 4 * MIB;
 
 
 function indexRows(cacheDir: string): { object: string; block: number; size: number; key: string }[] {
-  const db = new Database(join(cacheDir, 'index.sqlite'), { readonly: true });
+  const db = new Database(join(cacheDir, CACHE_SUBDIR, 'index.sqlite'), { readonly: true });
   try {
     return db.prepare(`SELECT object, block, size, key FROM ${BLOCK_TABLE} ORDER BY object, block`).all() as { object: string; block: number; size: number; key: string }[];
   } finally {
@@ -77,7 +78,7 @@ describe('the block cache on disk', () => {
     expect(kept.has(names.at(-2)!)).toBe(true);
     expect(kept.has(names[0]!)).toBe(false);
     // What the index says is what is on disk.
-    const onDisk = (await run('sh', ['-c', `find ${join(cacheDir, BLOCKS_DIR)} -type f | wc -l`])).stdout.trim();
+    const onDisk = (await run('sh', ['-c', `find ${join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR)} -type f | wc -l`])).stdout.trim();
     expect(Number(onDisk)).toBe(rows.length);
   });
 
@@ -90,7 +91,7 @@ describe('the block cache on disk', () => {
     const fileOf = async (object: string) => {
       const { generation } = await objectMeta(tb, object);
       const key = blockFileKey({ bucket: tb.bucket, object, generation, block: 1, blockSize: BLOCK });
-      return join(cacheDir, BLOCKS_DIR, key.slice(0, 2), key);
+      return join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, key.slice(0, 2), key);
     };
     const flip = await fileOf('damage/a.bin');
     const buf = await fsp.readFile(flip);
@@ -170,7 +171,7 @@ describe('the block cache on disk', () => {
   it('writes block files past the page cache, or through it when told to', async () => {
     /** Pages of the cache's block files that sit in the page cache. */
     const cachedPages = async (cacheDir: string): Promise<number> => {
-      const r = await run('sh', ['-c', `find ${join(cacheDir, BLOCKS_DIR)} -type f -print0 | xargs -0 fincore --raw --noheadings --output PAGES`]);
+      const r = await run('sh', ['-c', `find ${join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR)} -type f -print0 | xargs -0 fincore --raw --noheadings --output PAGES`]);
       expect(r.code).toBe(0);
       return r.stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
     };

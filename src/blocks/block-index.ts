@@ -348,6 +348,26 @@ export class BlockIndex {
   }
 }
 
+/**
+ * Takes the lock of the index at `path` (an existing one) without using it, its WAL folded into the
+ * file first, so the file alone is the whole index while it moves and no process can open it
+ * meanwhile. Throws IndexLockedError when a process holds it, SQLite's error when it is no index.
+ */
+export function holdIndexLock(path: string): { release(): void } {
+  const db = new Database(path, { timeout: 0, fileMustExist: true });
+  try {
+    // Before the first read: an exclusive WAL connection keeps its index in memory, no -shm file.
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT;');
+    db.pragma('wal_checkpoint(TRUNCATE)');
+  } catch (err) {
+    db.close();
+    if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
+    throw err;
+  }
+  return { release: () => db.close() };
+}
+
 function toRow(r: Record<string, unknown>): BlockRow {
   return {
     key: r.key as string,

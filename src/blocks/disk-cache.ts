@@ -55,6 +55,8 @@ const DIRECT_ALIGN = 4096;
  * under valid CRCs, which must never be served as the stored bytes.
  */
 export const BLOCKS_DIR = 'blocks-v2';
+/** The SQLite index, beside the block folder. */
+export const INDEX_FILE = 'index.sqlite';
 const BLOCKS = BLOCKS_DIR;
 /** Folders of older layouts: never read again, removed in the background to give their space back. */
 const OLD_LAYOUT_DIRS = ['blocks-v1'];
@@ -200,7 +202,7 @@ export class DiskCache {
     this.unwritableBackoffMs = cfg.unwritableRetryMs;
     // The lock first: until it is ours, another process may be using every file here (`cache info`
     // under a live mount once emptied the daemon's tmp/, and its next rename failed).
-    this.index = BlockIndex.open(join(cfg.dir, 'index.sqlite'));
+    this.index = BlockIndex.open(join(cfg.dir, INDEX_FILE));
     try {
       // Temporary files are only ever half-written blocks of a process that is gone.
       rmSync(join(cfg.dir, 'tmp'), { recursive: true, force: true });

@@ -282,7 +282,7 @@ export const PARAMS = [
     configKey: 'cache-dir',
     type: 'string',
     default: '',
-    help: 'Directory for the on-disk block cache; empty = no disk cache',
+    help: 'Directory for the on-disk block cache; empty = no disk cache. gcsmount keeps everything in DIR/gcsmount-cache/ (0700) and changes nothing else in DIR; a cache of the previous layout (DIR/index.sqlite, DIR/blocks-v2/) is moved there',
     group: 'Block cache',
     effect: 'effective',
     path: true,
