@@ -173,6 +173,26 @@ describe('a block cache that meets trouble recovers from it', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
+  it('does not call a new cache "reconciled after an unclean stop", but cleans block files left beside a new index', async () => {
+    const dir = await tempDir('cache');
+    const { log, info, said } = logSpy();
+    const open = () => DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
+    const fresh = open();
+    await fresh.ready;
+    await fresh.write(key(0), Buffer.alloc(1000, 1));
+    fresh.close();
+    expect(said(info, 'reconciled')).toBe(0);
+    // Its index deleted by hand: the block file beside the new one is no one's.
+    for (const suffix of ['', '-wal', '-shm']) await fsp.rm(join(dir, `index.sqlite${suffix}`), { force: true });
+    await new Promise((r) => setTimeout(r, 20)); // files older than the opener's start are the ones it may delete
+    const again = open();
+    await again.ready;
+    again.close();
+    expect(info.mock.calls.filter(([, msg]) => String(msg).startsWith('block cache reconciled')).map(([, msg]) => msg)).toEqual(['block cache reconciled with a new index beside block files']);
+    expect(await blockFiles(dir)).toEqual([]);
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
   it('creates its folders 0700 and its files 0600 whatever the umask', async () => {
     const dir = await tempDir('cache');
     const old = process.umask(0);

@@ -84,6 +84,8 @@ export class BlockIndex {
   private readonly stmt;
   /** True when the previous owner did not close cleanly: its files and rows may disagree. */
   readonly wasDirty: boolean;
+  /** True when no owner had it before (made just now): there was no stop, clean or not. */
+  readonly fresh: boolean;
   /** Set when the index file was unreadable and has been replaced by an empty one. */
   readonly rebuiltFrom: string | null;
 
@@ -110,7 +112,9 @@ export class BlockIndex {
       setSetting: db.prepare<[string, string]>(`INSERT OR REPLACE INTO settings (k, v) VALUES (?, ?)`),
       clear: db.prepare(`DELETE FROM ${TABLE}`),
     };
-    this.wasDirty = this.setting('clean') !== '1';
+    const clean = this.setting('clean');
+    this.fresh = clean === undefined;
+    this.wasDirty = clean === '0';
     this.setSetting('clean', '0');
   }
 

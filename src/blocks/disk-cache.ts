@@ -1,12 +1,12 @@
 import { crc32c } from '../crc32c.js';
 import { createHash } from 'node:crypto';
-import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp, rmSync } from 'node:fs';
-import type { FileHandle } from 'node:fs/promises';
+import { promises as fsp, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
+import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
 
 /** Which block of which generation of which object, cut at which block size. */
 export interface BlockKey {
@@ -46,9 +46,6 @@ export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
   unwritableRetryMaxMs: 5 * 60_000,
 };
 
-/** O_DIRECT wants the memory, the offset and the length aligned to the device's block; 4 KiB covers 512 and 4K devices. */
-const DIRECT_ALIGN = 4096;
-
 /**
  * The layout version is in the folder name, like the table name: a new format starts a new cache.
  * v2: v1 could hold the decompressed bytes of gzip-encoded objects (fetched without Accept-Encoding: gzip)
@@ -58,8 +55,6 @@ export const BLOCKS_DIR = 'blocks-v2';
 /** The SQLite index, beside the block folder. */
 export const INDEX_FILE = 'index.sqlite';
 const BLOCKS = BLOCKS_DIR;
-/** Folders of older layouts: never read again, removed in the background to give their space back. */
-const OLD_LAYOUT_DIRS = ['blocks-v1'];
 
 export function blockFileKey(k: BlockKey): string {
   return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
@@ -67,99 +62,9 @@ export function blockFileKey(k: BlockKey): string {
 
 type Health = 'ok' | 'full' | 'unwritable';
 
-/** Owner-only, whatever the umask: block files hold object bytes, the index object names. */
-const FILE_MODE = 0o600;
-const DIR_MODE = 0o700;
-
 /** SQLite's "database or disk is full" (SQLITE_FULL) is the index's ENOSPC. */
 function isDiskFull(err: NodeJS.ErrnoException): boolean {
   return err.code === 'ENOSPC' || err.code === 'EDQUOT' || err.code === 'SQLITE_FULL';
-}
-
-/** A folder of the cache's own layout, 0700, and a real folder (not a symlink someone put there). */
-function ensureLayoutDir(path: string): void {
-  try {
-    mkdirSync(path, { mode: DIR_MODE });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-  }
-  const st = lstatSync(path);
-  if (!st.isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
-  if ((st.mode & 0o777) !== DIR_MODE) chmodSync(path, DIR_MODE);
-}
-
-/**
- * Up to `into.length` bytes from the start of the file; the count tells a short file. One read call per
- * block instead of readFile's stat-and-chunks, and into a reused buffer rather than a fresh one.
- */
-async function readFully(path: string, into: Buffer): Promise<number> {
-  const fh = await fsp.open(path, 'r');
-  try {
-    let got = 0;
-    while (got < into.length) {
-      const { bytesRead } = await fh.read(into, got, into.length - got, got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
-    }
-    return got;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Why an O_DIRECT write did not happen: the file system refuses the flag, or this one write failed. */
-type DirectOutcome = 'written' | 'refused' | 'failed';
-
-/**
- * The block as a new file written with O_DIRECT, past the page cache: `padded` is the block's memory
- * rounded up to DIRECT_ALIGN, and the file is cut back to `length` after. EINVAL at open is the file
- * system refusing O_DIRECT; EINVAL later (a short write leaves the next one unaligned) is this block's.
- */
-async function writeDirect(path: string, padded: Buffer, length: number): Promise<DirectOutcome> {
-  const { O_WRONLY, O_CREAT, O_TRUNC, O_DIRECT } = fsConstants;
-  let fh: FileHandle;
-  try {
-    fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, FILE_MODE);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'refused';
-    throw err;
-  }
-  try {
-    let done = 0;
-    while (done < padded.length) done += (await fh.write(padded, done, padded.length - done, done)).bytesWritten;
-    if (padded.length !== length) await fh.truncate(length);
-    return 'written';
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'failed';
-    throw err;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** The whole buffer as a new file, in as few write calls as the kernel allows (writeFile writes 512 KiB at a time). */
-async function writeFully(path: string, data: Buffer): Promise<void> {
-  const fh = await fsp.open(path, 'w', FILE_MODE);
-  try {
-    let done = 0;
-    while (done < data.length) done += (await fh.write(data, done, data.length - done, done)).bytesWritten;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Deletes the block folders of older layouts, logging what it freed; a failure is logged, not thrown. */
-async function removeOldLayouts(dir: string, log: Logger): Promise<void> {
-  for (const name of OLD_LAYOUT_DIRS) {
-    const old = join(dir, name);
-    if (!(await fsp.stat(old).catch(() => null))) continue;
-    try {
-      await fsp.rm(old, { recursive: true, force: true });
-      log.info({ removed: old }, 'removed the block cache of an older layout version');
-    } catch (err) {
-      log.warn({ dir: old, err: (err as Error).message }, 'cannot remove the block cache of an older layout version');
-    }
-  }
 }
 
 /**
@@ -236,19 +141,32 @@ export class DiskCache {
     const cache = new DiskCache(cfg, log, metrics);
     // With the index's lock held, so no daemon of the old version still writes there.
     cache.oldLayoutsRemoved = removeOldLayouts(cfg.dir, log);
-    if (cache.index.wasDirty || cache.index.rebuiltFrom) {
+    const why = cache.reconcileReason();
+    if (why) {
       // In the background: the mount serves reads meanwhile (a row without a file reads as a miss).
       const started = Date.now();
       cache.reconciled = false;
       cache.ready = cache.reconcile(started).then(
         (r) => {
           cache.reconciled = true;
-          log.info({ ...r, ms: Date.now() - started }, 'block cache reconciled after an unclean stop');
+          log.info({ ...r, ms: Date.now() - started }, `block cache reconciled ${why}`);
         },
         (err: Error) => log.warn({ err: err.message }, 'block cache reconciliation failed'),
       );
     }
     return cache;
+  }
+
+  /**
+   * Why files and rows may disagree, or null: a previous owner that did not stop cleanly, an index
+   * rebuilt after it was unreadable, or a new index beside block files (its predecessor deleted by
+   * hand). A new cache has nothing to reconcile, and saying it stopped uncleanly would be false.
+   */
+  private reconcileReason(): string | null {
+    if (this.index.rebuiltFrom) return 'after its unreadable index was rebuilt';
+    if (this.index.wasDirty) return 'after an unclean stop';
+    if (this.index.fresh && readdirSync(join(this.cfg.dir, BLOCKS)).length > 0) return 'with a new index beside block files';
+    return null;
   }
 
   private ensureLayout(): void {
