@@ -156,13 +156,55 @@ describe('the block cache on disk', () => {
     const cacheDir = await tempDir('tmpfs');
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', cacheDir])).code).toBe(0);
     try {
-      const m = await mount({ tb, args: ['--cache-dir', cacheDir] });
+      // A budget larger than the disk (with none, -1, the cache keeps a free-space margin instead).
+      const m = await mount({ tb, args: ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '100'] });
       expect(await sha256Of(join(m.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
       expect((await run('stat', [join(m.path, 'many')])).code).toBe(0); // still answering
       await unmount(m.path);
       expect(await fsp.readFile(m.logFile, 'utf8')).toContain('block cache disk is full');
       const counters = await finalCounters(m.logFile);
       expect(counters.block_cache_write_errors).toBeGreaterThan(0);
+    } finally {
+      await run('umount', ['-l', cacheDir]);
+    }
+  });
+
+  it('keeps a working cache on a small disk with no budget (-1): a free-space margin, LRU eviction, no ENOSPC', async () => {
+    // The issue's case: 16 MiB of disk, a 50 MiB file read with 16 downloads in flight.
+    const cacheDir = await tempDir('tmpfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', cacheDir])).code).toBe(0);
+    try {
+      const args = ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '-1'];
+      const first = await mount({ tb, args });
+      expect(await sha256Of(join(first.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
+      await unmount(first.path);
+      const counters = await finalCounters(first.logFile);
+      const log = await fsp.readFile(first.logFile, 'utf8');
+      const kept = indexRows(cacheDir);
+      const { bavail, bsize, blocks } = await fsp.statfs(cacheDir);
+      console.log(`16 MiB tmpfs, -1: ${counters.block_fetches} fetched, ${kept.length} kept (${kept.reduce((a, k) => a + k.size, 0)} bytes), ${counters.block_cache_evictions} evicted, ${counters.block_cache_write_errors} write errors; free after: ${bavail * bsize} of ${blocks * bsize}`);
+      // What the issue measured before: 13 blocks fetched, 0 kept, every write ENOSPC and a 30 s pause.
+      expect({ fetched: counters.block_fetches, errors: counters.block_cache_write_errors }).toEqual({ fetched: 13, errors: 0 });
+      expect(log).not.toContain('disk is full');
+      expect(log).not.toContain('reconciled'); // a new cache is no unclean stop
+      expect(kept.length).toBeGreaterThanOrEqual(2);
+      expect(counters.block_cache_evictions).toBeGreaterThan(0);
+      expect(bavail * bsize).toBeGreaterThanOrEqual(0.05 * blocks * bsize); // the margin is kept
+      // A new mount reads what was kept from disk, without a media request (O_DIRECT: exactly those
+      // ranges reach the daemon, no kernel readahead past them).
+      const second = await mount({ tb, args, mountPoint: first.path });
+      tb.emulator.resetStats();
+      const ranges = kept.map((r) => `${r.block * BLOCK}:${r.size}`);
+      const py = 'import os,sys\nfd=os.open(sys.argv[1], os.O_RDONLY|os.O_DIRECT)\nfor r in sys.argv[2:]:\n o,n=map(int,r.split(":"))\n assert len(os.pread(fd,n,o))==n';
+      const r = await run('python3', ['-c', py, join(second.path, 'big/fifty.bin'), ...ranges]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(tb.emulator.stats().requests.media).toBe(0);
+      // And it keeps caching: newer blocks push the older ones out, never a write error.
+      for (const n of ['many/f00.bin', 'many/f01.bin']) expect(await sha256Of(join(second.path, n))).toBe(sha256(files[n]!));
+      await unmount(second.path);
+      const after = await finalCounters(second.logFile);
+      expect(after.block_cache_write_errors).toBe(0);
+      expect(indexRows(cacheDir).some((row) => row.object === 'many/f01.bin')).toBe(true);
     } finally {
       await run('umount', ['-l', cacheDir]);
     }

@@ -193,6 +193,34 @@ describe('a block cache that meets trouble recovers from it', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
+  it('with no budget, gives space back when another program fills its disk below the free-space margin', async () => {
+    const dir = await tempDir('tmpfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', dir])).code).toBe(0);
+    let cache: DiskCache | undefined;
+    try {
+      await fsp.mkdir(join(dir, 'cache'));
+      cache = DiskCache.open({ dir: join(dir, 'cache'), limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, accessFlushMs: 100 }, silentLogger, new Metrics());
+      for (const b of [0, 1, 2]) await cache.write(key(b), Buffer.alloc(3 * BLOCK, b + 1));
+      expect(cache.info().blocks).toBe(3);
+      const free = async () => {
+        const st = await fsp.statfs(dir);
+        return { free: st.bavail * st.bsize, margin: 0.05 * st.blocks * st.bsize };
+      };
+      // Someone else's file, leaving half the margin free.
+      const before = await free();
+      await fsp.writeFile(join(dir, 'other'), Buffer.alloc(Math.floor((before.free - before.margin / 2) / 4096) * 4096, 9));
+      expect((await free()).free).toBeLessThan((await free()).margin);
+      await new Promise((r) => setTimeout(r, 400));
+      const after = await free();
+      expect(after.free).toBeGreaterThanOrEqual(after.margin);
+      expect(cache.info().blocks).toBeLessThan(3);
+      expect((await cache.read(key(2)))?.every((b) => b === 3)).toBe(true); // the most recent stays
+    } finally {
+      cache?.close();
+      await run('umount', ['-l', dir]);
+    }
+  });
+
   it('creates its folders 0700 and its files 0600 whatever the umask', async () => {
     const dir = await tempDir('cache');
     const old = process.umask(0);

@@ -6,6 +6,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
+import { FreeSpaceMargin } from './free-space.js';
 import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
 
 /** Which block of which generation of which object, cut at which block size. */
@@ -61,6 +62,7 @@ export function blockFileKey(k: BlockKey): string {
 }
 
 type Health = 'ok' | 'full' | 'unwritable';
+type Room = 'now' | 'soon' | 'none';
 
 /** SQLite's "database or disk is full" (SQLITE_FULL) is the index's ENOSPC. */
 function isDiskFull(err: NodeJS.ErrnoException): boolean {
@@ -75,6 +77,13 @@ function isDiskFull(err: NodeJS.ErrnoException): boolean {
 export class DiskCache {
   private readonly index: BlockIndex;
   private readonly limitBytes: number;
+  /** With no budget (-1): the free space kept on the cache's file system, evicting to keep it. */
+  private readonly margin: FreeSpaceMargin | null;
+  /** Bytes reserved for block files not yet on disk: free space statfs still shows, but spoken for. */
+  private unwritten = 0;
+  /** Bytes of evicted block files not yet unlinked: space statfs does not show yet, but soon free. */
+  private unlinking = 0;
+  private readonly unlinks = new Set<Promise<void>>();
   private bytes: number;
   private blocks: number;
   /** Blocks a reader is between lookup and read of: eviction leaves them alone. */
@@ -121,10 +130,13 @@ export class DiskCache {
     this.bytes = t.bytes;
     this.blocks = t.blocks;
     this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
+    this.margin = cfg.limit.kind === 'bytes' ? null : FreeSpaceMargin.of(cfg.dir);
     this.flushTimer = setInterval(() => {
       try {
         this.pullAccess();
         this.index.flushAccess();
+        // Others filling the disk get room back too, not only our own next write.
+        this.keepMargin(0);
       } catch (err) {
         // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
         this.writeFailed(err as NodeJS.ErrnoException);
@@ -134,6 +146,7 @@ export class DiskCache {
     metrics.setGauge('block_cache_bytes', () => this.bytes);
     metrics.setGauge('block_cache_blocks', () => this.blocks);
     metrics.setGauge('block_cache_limit_bytes', () => (Number.isFinite(this.limitBytes) ? this.limitBytes : -1));
+    if (this.margin) metrics.setGauge('block_cache_free_margin_bytes', () => this.margin!.bytes);
   }
 
   /** Opens the cache in `cfg.dir` (which must exist), reconciling it in the background if it was not closed cleanly. */
@@ -312,14 +325,26 @@ export class DiskCache {
     const tmp = join(this.cfg.dir, 'tmp', `${key}.${++this.tmpCount}`);
     const final = this.path(key);
     let reserved = false;
+    let written = false;
     let renamed = false;
     try {
-      // Reserve the space before the first await, so concurrent writers cannot overshoot the budget together.
-      this.makeRoom(data.length);
+      for (let room = this.makeRoom(data.length); room !== 'now'; room = this.makeRoom(data.length)) {
+        if (room === 'none' || this.closed) {
+          // Nothing left to evict above the free-space margin (all of it being written or read): a miss, not a failure.
+          this.metrics.inc('block_cache_skipped_no_room');
+          if (this.health !== 'ok') this.retryAt = 0;
+          return;
+        }
+        await Promise.all([...this.unlinks]);
+      }
+      // Reserved with no await since the room was found, so concurrent writers cannot overshoot together.
       this.bytes += data.length;
       this.blocks += 1;
+      this.unwritten += data.length;
       reserved = true;
       await this.writeBlockFile(tmp, data, directCapacity);
+      this.unwritten -= data.length;
+      written = true;
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
         await fsp.mkdir(dir, { mode: DIR_MODE }).catch((err: NodeJS.ErrnoException) => {
@@ -338,6 +363,7 @@ export class DiskCache {
       if (reserved) {
         this.bytes -= data.length;
         this.blocks -= 1;
+        if (!written) this.unwritten -= data.length;
       }
       await fsp.rm(tmp, { force: true }).catch(() => undefined);
       // A file without a row costs disk the budget does not see, and after a clean stop nothing would
@@ -403,9 +429,33 @@ export class DiskCache {
     this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
   }
 
-  private makeRoom(incoming: number): void {
-    if (this.bytes + incoming <= this.limitBytes) return;
-    this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
+  /**
+   * Evicts what a write of `incoming` bytes needs: 'now' when it may be written, 'soon' once the files
+   * just evicted are unlinked (writing before that is what ran parallel writes into ENOSPC), 'none'
+   * when there is not that much left to evict.
+   */
+  private makeRoom(incoming: number): Room {
+    if (this.bytes + incoming > this.limitBytes) this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
+    return this.keepMargin(incoming);
+  }
+
+  /** Bytes free now above the free-space margin, less what writes in flight will take; null without a margin. */
+  private freeAboveMargin(): number | null {
+    const free = this.margin?.freeBytes() ?? null;
+    return free === null ? null : free - this.unwritten - this.margin!.bytes;
+  }
+
+  /**
+   * With no budget: evicts least recently used blocks until `incoming` more bytes leave the margin
+   * free, and a batch beyond it, so it does not run once per block.
+   */
+  private keepMargin(incoming: number): Room {
+    let room = this.freeAboveMargin();
+    if (room === null || room >= incoming) return 'now';
+    if (room + this.unlinking < incoming) this.evictDownTo(this.bytes - (incoming - room - this.unlinking) - this.margin!.batchBytes);
+    room = this.freeAboveMargin()!;
+    if (room >= incoming) return 'now';
+    return room + this.unlinking >= incoming ? 'soon' : 'none';
   }
 
   /** Evicts least recently used blocks, skipping pinned ones, until at most `target` bytes remain. */
@@ -435,7 +485,7 @@ export class DiskCache {
         this.metrics.inc('block_cache_evicted_bytes', size);
       }
       // The file goes after the row; a reader that already opened it keeps reading (Linux unlink semantics).
-      for (const { key } of victims) void fsp.rm(this.path(key), { force: true }).catch(() => undefined);
+      for (const { key, size } of victims) this.removeFile(key, size);
     }
   }
 
@@ -447,7 +497,20 @@ export class DiskCache {
     this.index.delete([row.key]);
     this.bytes -= row.size;
     this.blocks -= 1;
-    void fsp.rm(this.path(row.key), { force: true }).catch(() => undefined);
+    this.removeFile(row.key, row.size);
+  }
+
+  /** Unlinks a block file in the background; its bytes count as soon-free space until then. */
+  private removeFile(key: string, size: number): void {
+    this.unlinking += size;
+    const done: Promise<void> = fsp
+      .rm(this.path(key), { force: true })
+      .catch(() => undefined)
+      .finally(() => {
+        this.unlinking -= size;
+        this.unlinks.delete(done);
+      });
+    this.unlinks.add(done);
   }
 
   private pin(key: string): void {
@@ -499,9 +562,10 @@ export class DiskCache {
     return { droppedRows, deletedFiles };
   }
 
-  /** Bytes that can still be written before eviction starts (Infinity without a limit). */
+  /** Bytes that can still be written before eviction starts: under the budget, or above the free-space margin. */
   get spareBytes(): number {
-    return this.limitBytes - this.bytes;
+    const room = this.freeAboveMargin();
+    return Math.min(this.limitBytes - this.bytes, room === null ? Number.POSITIVE_INFINITY : Math.max(0, room + this.unlinking));
   }
 
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {

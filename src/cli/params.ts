@@ -292,7 +292,7 @@ export const PARAMS = [
     configKey: 'file-cache.max-size-mb',
     type: 'int',
     default: -1,
-    help: 'Maximum size of the disk cache in MiB; -1 = limited only by free space, 0 = no disk cache',
+    help: 'Maximum size of the disk cache in MiB; 0 = no disk cache; -1 = limited by free space: gcsmount keeps 5% of the file system free (at most 4 GiB), evicting the least recently used blocks to stay above that',
     group: 'Block cache',
     effect: 'effective',
     min: -1,
