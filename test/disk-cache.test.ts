@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
-import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
+import { blockFileKey, BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { run, tempDir } from './helpers/harness.js';
@@ -218,6 +218,46 @@ describe('a block cache that meets trouble recovers from it', () => {
     } finally {
       cache?.close();
       await run('umount', ['-l', dir]);
+    }
+  });
+
+  it('counts a block written by two writers at once once, so the budget is not spent early', async () => {
+    const dir = await tempDir('cache');
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 3000 }, ...DEFAULT_DISK_CACHE }, silentLogger, metrics);
+    try {
+      // A warm-up, a prefetch and a read of one block, landing together.
+      await Promise.all([cache.write(key(0), Buffer.alloc(1000, 1)), cache.write(key(0), Buffer.alloc(1000, 1))]);
+      expect(cache.spareBytes).toBe(2000);
+      await cache.write(key(1), Buffer.alloc(1000, 2));
+      await cache.write(key(2), Buffer.alloc(1000, 3));
+      // Exactly the budget: nothing evicted, every block there.
+      expect(metrics.snapshot().counters.block_cache_evictions).toBe(0);
+      for (const b of [0, 1, 2]) expect((await cache.read(key(b)))?.every((x) => x === b + 1), `block ${b}`).toBe(true);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keeps a block a stale damage report names when its file is whole now, and drops one that is damaged', async () => {
+    const dir = await tempDir('cache');
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, metrics);
+    try {
+      // The native path found block 0 missing (evicted), and before its report arrived a reader wrote it again.
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      await cache.dropDamaged(blockFileKey(key(0)), 'block_cache_missing', 'native read: block file unreadable');
+      expect((await cache.read(key(0)))?.every((x) => x === 1)).toBe(true);
+      expect(metrics.snapshot().counters.block_cache_missing).toBe(0);
+      // A report that is true: the file is gone.
+      await fsp.rm((await blockFiles(dir))[0]!);
+      await cache.dropDamaged(blockFileKey(key(0)), 'block_cache_missing', 'native read: block file unreadable');
+      expect(cache.has(key(0))).toBe(false);
+      expect(metrics.snapshot().counters.block_cache_missing).toBe(1);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
     }
   });
 

@@ -94,7 +94,8 @@ export class DiskCache {
   /** While not ok: writes are skipped until then, and the next one is the retry. */
   private retryAt = 0;
   private unwritableBackoffMs: number;
-  private readonly pendingWrites = new Set<Promise<void>>();
+  /** Block writes in progress, by block file key. */
+  private readonly writesInFlight = new Map<string, Promise<void>>();
   /** Temporary block files written so far: names them. */
   private tmpCount = 0;
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
@@ -218,11 +219,35 @@ export class DiskCache {
 
   /**
    * A block read elsewhere (the native read path) was found damaged: its row and file go, as readRow()
-   * drops them, so the next read fetches it again. Nothing happens when the row is gone already (evicted).
+   * drops them, so the next read fetches it again. Nothing happens when the row is gone already (evicted),
+   * nor when the file is whole now: the report is older than the file then (the block was evicted or
+   * dropped and written again before the report reached us), and dropping it would throw away a good
+   * block and fetch it again.
    */
-  dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
+  async dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): Promise<void> {
     const row = this.index.get(key);
-    if (row) this.drop(row, counter, why);
+    if (!row) return;
+    this.pin(key);
+    try {
+      if (await this.intact(row)) return;
+    } finally {
+      this.unpin(key);
+    }
+    try {
+      this.drop(row, counter, why);
+    } catch {
+      // The index could not delete the row (a full disk): the next read of it finds the damage again.
+    }
+  }
+
+  /** Whether the block file holds the row's bytes now. */
+  private async intact(row: BlockRow): Promise<boolean> {
+    const data = Buffer.allocUnsafe(row.size);
+    try {
+      return (await readFully(this.path(row.key), data)) === row.size && crc32c(data) === row.crc32c;
+    } catch {
+      return false;
+    }
   }
 
   /** Whether the index holds the block (not checked: a warm-up uses it to skip what is there). */
@@ -284,22 +309,27 @@ export class DiskCache {
    * the caller has just checked it, so they are not hashed again.
    */
   write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
+    const key = blockFileKey(k);
+    // One write per block at a time (the bytes of a key never differ): a second would reserve the
+    // block's bytes again, and the budget would count it twice, evicting early, until a restart.
+    const inFlight = this.writesInFlight.get(key);
+    if (inFlight) return inFlight;
     // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
-    const p = this.writeNow(k, data, directCapacity, knownCrc32c).catch((err: Error) => {
+    const p = this.writeNow(k, key, data, directCapacity, knownCrc32c).catch((err: Error) => {
       this.metrics.inc('block_cache_write_errors');
       this.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
     });
-    this.pendingWrites.add(p);
-    void p.finally(() => this.pendingWrites.delete(p));
+    this.writesInFlight.set(key, p);
+    void p.finally(() => this.writesInFlight.delete(key));
     return p;
   }
 
   /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
   async drain(): Promise<void> {
-    while (this.pendingWrites.size > 0) await Promise.allSettled([...this.pendingWrites]);
+    while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
   }
 
-  private async writeNow(k: BlockKey, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
+  private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
     if (this.closed || data.length > this.limitBytes) return;
     if (this.health !== 'ok') {
       if (Date.now() < this.retryAt) return;
@@ -315,7 +345,6 @@ export class DiskCache {
         }
       }
     }
-    const key = blockFileKey(k);
     if (this.index.has(key)) {
       if (this.health !== 'ok') this.retryAt = 0; // not a retry after all: the next write is
       return;
