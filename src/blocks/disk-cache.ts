@@ -7,6 +7,8 @@ import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
 import { FreeSpaceMargin } from './free-space.js';
+import { reconcileBlocks } from './reconcile.js';
+import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
 import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
 
 /** Which block of which generation of which object, cut at which block size. */
@@ -22,7 +24,7 @@ export interface BlockKey {
   blockSize: number;
 }
 
-export interface DiskCacheConfig {
+export interface DiskCacheConfig extends WriteHealthConfig {
   dir: string;
   limit: SizeLimit;
   /** Once over the limit, evict down to this fraction of it, so eviction runs in batches, not per write. */
@@ -31,11 +33,6 @@ export interface DiskCacheConfig {
   accessFlushMs: number;
   /** Write block files with O_DIRECT when the block's memory allows it (gcsfuse's --file-cache-enable-o-direct). */
   directIo: boolean;
-  /** After a full disk, how long writes pause before the next try. */
-  fullPauseMs: number;
-  /** After a write fails for another reason, the first pause before writes are tried again; it doubles up to the max. */
-  unwritableRetryMs: number;
-  unwritableRetryMaxMs: number;
 }
 
 export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
@@ -61,13 +58,8 @@ export function blockFileKey(k: BlockKey): string {
   return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
 }
 
-type Health = 'ok' | 'full' | 'unwritable';
 type Room = 'now' | 'soon' | 'none';
 
-/** SQLite's "database or disk is full" (SQLITE_FULL) is the index's ENOSPC. */
-function isDiskFull(err: NodeJS.ErrnoException): boolean {
-  return err.code === 'ENOSPC' || err.code === 'EDQUOT' || err.code === 'SQLITE_FULL';
-}
 
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
@@ -90,10 +82,7 @@ export class DiskCache {
   private readonly pinned = new Map<string, number>();
   private readonly madeDirs = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
-  private health: Health = 'ok';
-  /** While not ok: writes are skipped until then, and the next one is the retry. */
-  private retryAt = 0;
-  private unwritableBackoffMs: number;
+  private readonly health: WriteHealth;
   /** Block writes in progress, by block file key. */
   private readonly writesInFlight = new Map<string, Promise<void>>();
   /** Temporary block files written so far: names them. */
@@ -114,7 +103,7 @@ export class DiskCache {
     private readonly metrics: Metrics,
   ) {
     this.directIo = cfg.directIo;
-    this.unwritableBackoffMs = cfg.unwritableRetryMs;
+    this.health = new WriteHealth(cfg, cfg.dir, log);
     // The lock first: until it is ours, another process may be using every file here (`cache info`
     // under a live mount once emptied the daemon's tmp/, and its next rename failed).
     this.index = BlockIndex.open(join(cfg.dir, INDEX_FILE));
@@ -331,11 +320,10 @@ export class DiskCache {
 
   private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
     if (this.closed || data.length > this.limitBytes) return;
-    if (this.health !== 'ok') {
-      if (Date.now() < this.retryAt) return;
-      // This write is the retry; the ones behind it wait for its outcome.
-      this.retryAt = Number.POSITIVE_INFINITY;
-      if (this.health === 'unwritable') {
+    const admitted = this.health.admit();
+    if (admitted === 'skip') return;
+    if (admitted === 'retry') {
+      if (this.health.state === 'unwritable') {
         try {
           // Whatever went away (an emptied tmp/, a removed folder) comes back before the retry.
           this.ensureLayout();
@@ -346,7 +334,7 @@ export class DiskCache {
       }
     }
     if (this.index.has(key)) {
-      if (this.health !== 'ok') this.retryAt = 0; // not a retry after all: the next write is
+      this.health.notTried(); // not a retry after all: the next write is
       return;
     }
     // Unique within this process, which alone writes here while it holds the index's lock (a count: a
@@ -361,7 +349,7 @@ export class DiskCache {
         if (room === 'none' || this.closed) {
           // Nothing left to evict above the free-space margin (all of it being written or read): a miss, not a failure.
           this.metrics.inc('block_cache_skipped_no_room');
-          if (this.health !== 'ok') this.retryAt = 0;
+          this.health.notTried();
           return;
         }
         await Promise.all([...this.unlinks]);
@@ -387,7 +375,7 @@ export class DiskCache {
       if (this.closed) throw new Error('closed');
       // A close while this waits commits the row (close() writes what is pending) and resolves it.
       await this.index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
-      if (this.health !== 'ok') this.recovered();
+      this.health.succeeded();
     } catch (err) {
       if (reserved) {
         this.bytes -= data.length;
@@ -422,40 +410,17 @@ export class DiskCache {
     await writeFully(path, data);
   }
 
-  /**
-   * Neither condition is forever: a full disk pauses writes for `fullPauseMs`, any other failure for a
-   * backoff that doubles while retries keep failing. Logged once per change of state, not per block.
-   */
+  /** A write failed: writes pause (WriteHealth); after a full disk, a slice of the cache goes too. */
   private writeFailed(err: NodeJS.ErrnoException): void {
     this.metrics.inc('block_cache_write_errors');
-    if (isDiskFull(err)) {
-      if (this.health !== 'full') this.log.warn({ dir: this.cfg.dir, code: err.code }, 'block cache disk is full: reads go straight to GCS until space frees up');
-      this.health = 'full';
-      this.retryAt = Date.now() + this.cfg.fullPauseMs;
-      this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
+    this.health.failed(err);
+    if (!isDiskFull(err)) return;
+    try {
       // Make the next attempt likely to fit: give back a slice of what we hold.
-      try {
-        this.evictDownTo(this.bytes * this.cfg.lowWatermark);
-      } catch {
-        // The index may be what is full; the pause still holds.
-      }
-    } else {
-      if (this.health !== 'unwritable') {
-        this.log.warn({ dir: this.cfg.dir, code: err.code, err: err.message }, 'block cache directory is not writable: reads go straight to GCS; writes are retried with backoff');
-        this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
-      } else {
-        this.unwritableBackoffMs = Math.min(this.unwritableBackoffMs * 2, this.cfg.unwritableRetryMaxMs);
-      }
-      this.health = 'unwritable';
-      this.retryAt = Date.now() + this.unwritableBackoffMs;
+      this.evictDownTo(this.bytes * this.cfg.lowWatermark);
+    } catch {
+      // The index may be what is full; the pause still holds.
     }
-  }
-
-  private recovered(): void {
-    this.log.info({ dir: this.cfg.dir, was: this.health }, this.health === 'full' ? 'block cache disk has room again' : 'block cache directory is writable again');
-    this.health = 'ok';
-    this.retryAt = 0;
-    this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
   }
 
   /**
@@ -552,43 +517,14 @@ export class DiskCache {
     else this.pinned.set(key, n);
   }
 
-  /**
-   * After an unclean stop: rows whose file is gone are dropped, and files no row names (written, not yet
-   * indexed, when the process died) are deleted. Files newer than `startedAt` belong to this run.
-   */
+  /** Files and rows made to agree (reconcileBlocks), the counts following the rows dropped. */
   async reconcile(startedAt: number): Promise<{ droppedRows: number; deletedFiles: number }> {
-    let droppedRows = 0;
-    let deletedFiles = 0;
-    const root = join(this.cfg.dir, BLOCKS);
-    const onDisk = new Set<string>();
-    for (const fan of await fsp.readdir(root).catch(() => [] as string[])) {
-      if (this.closed) throw new Error('closed before reconciliation finished');
-      for (const name of await fsp.readdir(join(root, fan)).catch(() => [] as string[])) {
-        if (this.index.has(name)) {
-          onDisk.add(name);
-          continue;
-        }
-        const p = join(root, fan, name);
-        const st = await fsp.stat(p).catch(() => null);
-        if (st && st.mtimeMs < startedAt) {
-          await fsp.rm(p, { force: true });
-          deletedFiles++;
-        }
-      }
-      await new Promise((r) => setImmediate(r)); // let FUSE requests through between folders
+    const { dropped, deletedFiles } = await reconcileBlocks(this.index, join(this.cfg.dir, BLOCKS), startedAt, () => this.closed);
+    for (const row of dropped) {
+      this.bytes -= row.size;
+      this.blocks -= 1;
     }
-    if (this.closed) throw new Error('closed before reconciliation finished');
-    const missing: BlockRow[] = [];
-    for (const row of this.index.rows()) if (!onDisk.has(row.key) && row.lastAccess < startedAt) missing.push(row);
-    for (const row of missing) {
-      if (this.index.has(row.key)) {
-        this.index.delete([row.key]);
-        this.bytes -= row.size;
-        this.blocks -= 1;
-        droppedRows++;
-      }
-    }
-    return { droppedRows, deletedFiles };
+    return { droppedRows: dropped.length, deletedFiles };
   }
 
   /** Bytes that can still be written before eviction starts: under the budget, or above the free-space margin. */
@@ -599,7 +535,7 @@ export class DiskCache {
 
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
     const t = this.index.totals();
-    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health };
+    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health.state };
   }
 
   /** Re-checks every block's CRC32C, dropping bad ones. */
