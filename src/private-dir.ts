@@ -3,7 +3,8 @@ import { dirname, isAbsolute, join, resolve, sep } from 'node:path';
 
 /**
  * Directories that hold a daemon's private state (the block cache with its object names, the control
- * sockets): owned by this user, 0700, and not reached through a symlink another user could have planted.
+ * sockets): a folder of its own, owned by this user, 0700, and not reached through a symlink another user
+ * could have planted, inside a folder a user names (which is never changed).
  * A leaf module (node:fs only), so both blocks/ and observe/ can use it.
  */
 export class PrivateDirError extends Error {
@@ -12,9 +13,9 @@ export class PrivateDirError extends Error {
 
 export interface PrivateDirRequest {
   /**
-   * Create what is missing (the last folder 0700, the ones above it 0755 at most) and leave the folder
-   * 0700: what an owner (a daemon) does. Without it the folder is only checked (the cache tools, which
-   * must not change the mode of a folder someone merely asked about).
+   * Create what is missing (gcsmount's own folder 0700, the ones above it 0755 at most) and leave its
+   * own folder 0700: what an owner (a daemon) does. Without it the folders are only checked (the cache
+   * tools, which must not change the mode of a folder someone merely asked about).
    */
   create: boolean;
   /** How the one-line messages name the folder: 'cache dir', 'runtime dir'. */
@@ -27,24 +28,61 @@ const MAX_SYMLINKS = 40;
 const code = (err: unknown): string => (err as NodeJS.ErrnoException).code ?? String(err);
 
 /**
- * Walks `path` one component at a time (never Node's recursive mkdir, which spins forever on /proc),
- * creating what is missing when asked, refusing a symlink that sits in a world-writable folder (anyone
- * could have put it there: /tmp/cache -> a folder the attacker reads) and a last folder owned by another
- * user. Returns its real path. Every refusal is a PrivateDirError of one line.
+ * The real path of `path`, walked one component at a time (never Node's recursive mkdir, which spins
+ * forever on /proc) and made when missing if asked (0755 at most, never chmod'ed afterwards), refusing a
+ * symlink that sits in a world-writable folder (anyone could have put it there: /tmp/cache -> a folder
+ * the attacker reads). A folder a user gave us, which may hold other things: only checked. Every refusal
+ * is a PrivateDirError of one line.
  */
-export function preparePrivateDir(path: string, req: PrivateDirRequest): string {
+export function resolveFolder(path: string, req: PrivateDirRequest): string {
+  return guarded(path, req, () => walk(path, req, 0o755));
+}
+
+/**
+ * The folder `name` inside `parent`, the one place gcsmount keeps its state in a folder a user gave it
+ * (`--cache-dir /tmp`, a shared SSD, $HOME hold other things): `parent` is walked as resolveFolder
+ * walks a path (made 0755 when missing) but never chmod'ed and never checked for its owner; `name` is
+ * made 0700 when asked, must be a real folder (never a symlink: gcsmount makes none there) and must be
+ * ours. Returns its real path.
+ */
+export function preparePrivateSubdir(parent: string, name: string, req: PrivateDirRequest): string {
+  const shown = join(parent, name);
+  return guarded(shown, req, () => {
+    // Failures on the way name the folder the user gave; those of the subfolder name the subfolder.
+    const sub = join(walk(parent, req, 0o755), name);
+    if (req.create) {
+      try {
+        mkdirSync(sub, { mode: 0o700 });
+      } catch (err) {
+        if (code(err) !== 'EEXIST') throw new PrivateDirError(`${req.what} ${shown} cannot be used: ${code(err)} creating it`);
+      }
+    }
+    let st;
+    try {
+      st = lstatSync(sub);
+    } catch (err) {
+      if (code(err) === 'ENOENT') throw new PrivateDirError(`${req.what} ${shown} does not exist`);
+      throw err;
+    }
+    if (!st.isDirectory()) throw new PrivateDirError(`${req.what} ${shown} is not a folder (${st.isSymbolicLink() ? 'a symlink' : 'a file'}); gcsmount makes it itself, so it will not use what is there`);
+    return claim(sub, shown, req);
+  });
+}
+
+function guarded(shown: string, req: PrivateDirRequest, body: () => string): string {
   try {
-    return walk(path, req);
+    return body();
   } catch (err) {
     if (err instanceof PrivateDirError) throw err;
-    throw new PrivateDirError(`${req.what} ${path} cannot be used: ${code(err)}`);
+    throw new PrivateDirError(`${req.what} ${shown} cannot be used: ${code(err)}`);
   }
 }
 
-function walk(path: string, req: PrivateDirRequest): string {
+/** Resolves `path` component by component, making what is missing when asked (its last part `lastMode`). */
+function walk(path: string, req: PrivateDirRequest, lastMode: number, shown = path): string {
   const given = resolve(path);
   const fail = (why: string): never => {
-    throw new PrivateDirError(`${req.what} ${path} ${why}`);
+    throw new PrivateDirError(`${req.what} ${shown} ${why}`);
   };
   const pending = given.split(sep).filter(Boolean);
   let cur = '/';
@@ -62,10 +100,10 @@ function walk(path: string, req: PrivateDirRequest): string {
       st = lstatSync(next);
     } catch (err) {
       if (code(err) !== 'ENOENT') fail(`cannot be used: ${code(err)} on ${next}`);
-      if (!req.create) fail('does not exist');
+      if (!req.create) fail(next === given ? 'does not exist' : `cannot be used: ${next} does not exist`);
       try {
         // Folders above it as `mkdir -p` would make them, but never group- or world-writable (umask 000).
-        mkdirSync(next, { mode: pending.length === 0 ? 0o700 : 0o755 });
+        mkdirSync(next, { mode: pending.length === 0 ? lastMode : 0o755 });
       } catch (mkErr) {
         if (code(mkErr) !== 'EEXIST') fail(`cannot be used: ${code(mkErr)} creating ${next}`);
       }
@@ -82,14 +120,22 @@ function walk(path: string, req: PrivateDirRequest): string {
     if (!st.isDirectory()) fail(`cannot be used: ${next} is not a directory`);
     cur = next;
   }
-  const st = statSync(cur);
+  return cur;
+}
+
+/** Refuses a folder another user owns; an owner (`create`) leaves it 0700. */
+function claim(dir: string, shown: string, req: PrivateDirRequest): string {
+  const fail = (why: string): never => {
+    throw new PrivateDirError(`${req.what} ${shown} ${why}`);
+  };
+  const st = statSync(dir);
   const uid = process.getuid?.() ?? 0;
   if (st.uid !== uid) fail(`belongs to uid ${st.uid}, not to this user (uid ${uid}); refusing to keep private files there`);
   try {
     // Whatever the umask, and whoever made it: the cache names objects, the sockets answer for the mount.
-    if (req.create && (st.mode & 0o777) !== 0o700) chmodSync(cur, 0o700);
+    if (req.create && (st.mode & 0o777) !== 0o700) chmodSync(dir, 0o700);
   } catch (err) {
     fail(`cannot be used: ${code(err)} making it private`);
   }
-  return cur;
+  return dir;
 }

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BLOCK_TABLE } from '../src/blocks/block-index.js';
 import { BLOCKS_DIR, blockFileKey } from '../src/blocks/disk-cache.js';
+import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { cleanupAll, eventually, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
@@ -12,7 +13,7 @@ const BLOCK = 4 * MIB;
 
 
 function indexRows(cacheDir: string): { object: string; block: number; size: number; key: string }[] {
-  const db = new Database(join(cacheDir, 'index.sqlite'), { readonly: true });
+  const db = new Database(join(cacheDir, CACHE_SUBDIR, 'index.sqlite'), { readonly: true });
   try {
     return db.prepare(`SELECT object, block, size, key FROM ${BLOCK_TABLE} ORDER BY object, block`).all() as { object: string; block: number; size: number; key: string }[];
   } finally {
@@ -77,7 +78,7 @@ describe('the block cache on disk', () => {
     expect(kept.has(names.at(-2)!)).toBe(true);
     expect(kept.has(names[0]!)).toBe(false);
     // What the index says is what is on disk.
-    const onDisk = (await run('sh', ['-c', `find ${join(cacheDir, BLOCKS_DIR)} -type f | wc -l`])).stdout.trim();
+    const onDisk = (await run('sh', ['-c', `find ${join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR)} -type f | wc -l`])).stdout.trim();
     expect(Number(onDisk)).toBe(rows.length);
   });
 
@@ -90,7 +91,7 @@ describe('the block cache on disk', () => {
     const fileOf = async (object: string) => {
       const { generation } = await objectMeta(tb, object);
       const key = blockFileKey({ bucket: tb.bucket, object, generation, block: 1, blockSize: BLOCK });
-      return join(cacheDir, BLOCKS_DIR, key.slice(0, 2), key);
+      return join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, key.slice(0, 2), key);
     };
     const flip = await fileOf('damage/a.bin');
     const buf = await fsp.readFile(flip);
@@ -155,7 +156,8 @@ describe('the block cache on disk', () => {
     const cacheDir = await tempDir('tmpfs');
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', cacheDir])).code).toBe(0);
     try {
-      const m = await mount({ tb, args: ['--cache-dir', cacheDir] });
+      // A budget larger than the disk (with none, -1, the cache keeps a free-space margin instead).
+      const m = await mount({ tb, args: ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '100'] });
       expect(await sha256Of(join(m.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
       expect((await run('stat', [join(m.path, 'many')])).code).toBe(0); // still answering
       await unmount(m.path);
@@ -167,10 +169,51 @@ describe('the block cache on disk', () => {
     }
   });
 
+  it('keeps a working cache on a small disk with no budget (-1): a free-space margin, LRU eviction, no ENOSPC', async () => {
+    // The issue's case: 16 MiB of disk, a 50 MiB file read with 16 downloads in flight.
+    const cacheDir = await tempDir('tmpfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', cacheDir])).code).toBe(0);
+    try {
+      const args = ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '-1'];
+      const first = await mount({ tb, args });
+      expect(await sha256Of(join(first.path, 'big/fifty.bin'))).toBe(sha256(files['big/fifty.bin']!));
+      await unmount(first.path);
+      const counters = await finalCounters(first.logFile);
+      const log = await fsp.readFile(first.logFile, 'utf8');
+      const kept = indexRows(cacheDir);
+      const { bavail, bsize, blocks } = await fsp.statfs(cacheDir);
+      console.log(`16 MiB tmpfs, -1: ${counters.block_fetches} fetched, ${kept.length} kept (${kept.reduce((a, k) => a + k.size, 0)} bytes), ${counters.block_cache_evictions} evicted, ${counters.block_cache_write_errors} write errors; free after: ${bavail * bsize} of ${blocks * bsize}`);
+      // What the issue measured before: 13 blocks fetched, 0 kept, every write ENOSPC and a 30 s pause.
+      expect({ fetched: counters.block_fetches, errors: counters.block_cache_write_errors }).toEqual({ fetched: 13, errors: 0 });
+      expect(log).not.toContain('disk is full');
+      expect(log).not.toContain('reconciled'); // a new cache is no unclean stop
+      expect(kept.length).toBeGreaterThanOrEqual(2);
+      expect(counters.block_cache_evictions).toBeGreaterThan(0);
+      expect(bavail * bsize).toBeGreaterThanOrEqual(0.05 * blocks * bsize); // the margin is kept
+      // A new mount reads what was kept from disk, without a media request (O_DIRECT: exactly those
+      // ranges reach the daemon, no kernel readahead past them).
+      const second = await mount({ tb, args, mountPoint: first.path });
+      tb.emulator.resetStats();
+      const ranges = kept.map((r) => `${r.block * BLOCK}:${r.size}`);
+      const py = 'import os,sys\nfd=os.open(sys.argv[1], os.O_RDONLY|os.O_DIRECT)\nfor r in sys.argv[2:]:\n o,n=map(int,r.split(":"))\n assert len(os.pread(fd,n,o))==n';
+      const r = await run('python3', ['-c', py, join(second.path, 'big/fifty.bin'), ...ranges]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(tb.emulator.stats().requests.media).toBe(0);
+      // And it keeps caching: newer blocks push the older ones out, never a write error.
+      for (const n of ['many/f00.bin', 'many/f01.bin']) expect(await sha256Of(join(second.path, n))).toBe(sha256(files[n]!));
+      await unmount(second.path);
+      const after = await finalCounters(second.logFile);
+      expect(after.block_cache_write_errors).toBe(0);
+      expect(indexRows(cacheDir).some((row) => row.object === 'many/f01.bin')).toBe(true);
+    } finally {
+      await run('umount', ['-l', cacheDir]);
+    }
+  });
+
   it('writes block files past the page cache, or through it when told to', async () => {
     /** Pages of the cache's block files that sit in the page cache. */
     const cachedPages = async (cacheDir: string): Promise<number> => {
-      const r = await run('sh', ['-c', `find ${join(cacheDir, BLOCKS_DIR)} -type f -print0 | xargs -0 fincore --raw --noheadings --output PAGES`]);
+      const r = await run('sh', ['-c', `find ${join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR)} -type f -print0 | xargs -0 fincore --raw --noheadings --output PAGES`]);
       expect(r.code).toBe(0);
       return r.stdout.split('\n').filter(Boolean).reduce((sum, n) => sum + Number(n), 0);
     };

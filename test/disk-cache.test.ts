@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
-import { BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
+import { blockFileKey, BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { run, tempDir } from './helpers/harness.js';
@@ -175,6 +175,94 @@ describe('a block cache that meets trouble recovers from it', () => {
     cache.close();
     expect(await blockFiles(dir)).toEqual([]);
     await fsp.rm(dir, { recursive: true, force: true });
+  });
+
+  it('does not call a new cache "reconciled after an unclean stop", but cleans block files left beside a new index', async () => {
+    const dir = await tempDir('cache');
+    const { log, info, said } = logSpy();
+    const open = () => DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
+    const fresh = open();
+    await fresh.ready;
+    await fresh.write(key(0), Buffer.alloc(1000, 1));
+    fresh.close();
+    expect(said(info, 'reconciled')).toBe(0);
+    // Its index deleted by hand: the block file beside the new one is no one's.
+    for (const suffix of ['', '-wal', '-shm']) await fsp.rm(join(dir, `index.sqlite${suffix}`), { force: true });
+    await new Promise((r) => setTimeout(r, 20)); // files older than the opener's start are the ones it may delete
+    const again = open();
+    await again.ready;
+    again.close();
+    expect(info.mock.calls.filter(([, msg]) => String(msg).startsWith('block cache reconciled')).map(([, msg]) => msg)).toEqual(['block cache reconciled with a new index beside block files']);
+    expect(await blockFiles(dir)).toEqual([]);
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
+  it('with no budget, gives space back when another program fills its disk below the free-space margin', async () => {
+    const dir = await tempDir('tmpfs');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', dir])).code).toBe(0);
+    let cache: DiskCache | undefined;
+    try {
+      await fsp.mkdir(join(dir, 'cache'));
+      cache = DiskCache.open({ dir: join(dir, 'cache'), limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, accessFlushMs: 100 }, silentLogger, new Metrics());
+      for (const b of [0, 1, 2]) await cache.write(key(b), Buffer.alloc(3 * BLOCK, b + 1));
+      expect(cache.info().blocks).toBe(3);
+      const free = async () => {
+        const st = await fsp.statfs(dir);
+        return { free: st.bavail * st.bsize, margin: 0.05 * st.blocks * st.bsize };
+      };
+      // Someone else's file, leaving half the margin free.
+      const before = await free();
+      await fsp.writeFile(join(dir, 'other'), Buffer.alloc(Math.floor((before.free - before.margin / 2) / 4096) * 4096, 9));
+      expect((await free()).free).toBeLessThan((await free()).margin);
+      await new Promise((r) => setTimeout(r, 400));
+      const after = await free();
+      expect(after.free).toBeGreaterThanOrEqual(after.margin);
+      expect(cache.info().blocks).toBeLessThan(3);
+      expect((await cache.read(key(2)))?.every((b) => b === 3)).toBe(true); // the most recent stays
+    } finally {
+      cache?.close();
+      await run('umount', ['-l', dir]);
+    }
+  });
+
+  it('counts a block written by two writers at once once, so the budget is not spent early', async () => {
+    const dir = await tempDir('cache');
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 3000 }, ...DEFAULT_DISK_CACHE }, silentLogger, metrics);
+    try {
+      // A warm-up, a prefetch and a read of one block, landing together.
+      await Promise.all([cache.write(key(0), Buffer.alloc(1000, 1)), cache.write(key(0), Buffer.alloc(1000, 1))]);
+      expect(cache.spareBytes).toBe(2000);
+      await cache.write(key(1), Buffer.alloc(1000, 2));
+      await cache.write(key(2), Buffer.alloc(1000, 3));
+      // Exactly the budget: nothing evicted, every block there.
+      expect(metrics.snapshot().counters.block_cache_evictions).toBe(0);
+      for (const b of [0, 1, 2]) expect((await cache.read(key(b)))?.every((x) => x === b + 1), `block ${b}`).toBe(true);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keeps a block a stale damage report names when its file is whole now, and drops one that is damaged', async () => {
+    const dir = await tempDir('cache');
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, metrics);
+    try {
+      // The native path found block 0 missing (evicted), and before its report arrived a reader wrote it again.
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      await cache.dropDamaged(blockFileKey(key(0)), 'block_cache_missing', 'native read: block file unreadable');
+      expect((await cache.read(key(0)))?.every((x) => x === 1)).toBe(true);
+      expect(metrics.snapshot().counters.block_cache_missing).toBe(0);
+      // A report that is true: the file is gone.
+      await fsp.rm((await blockFiles(dir))[0]!);
+      await cache.dropDamaged(blockFileKey(key(0)), 'block_cache_missing', 'native read: block file unreadable');
+      expect(cache.has(key(0))).toBe(false);
+      expect(metrics.snapshot().counters.block_cache_missing).toBe(1);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('creates its folders 0700 and its files 0600 whatever the umask', async () => {

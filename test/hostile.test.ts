@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BLOCKS_DIR } from '../src/blocks/disk-cache.js';
+import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { cleanupAll, daemonEnv, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
@@ -52,7 +53,7 @@ describe('hostile names and bad input', () => {
     // The cache dir holds only the index, its journal and hashed block files (and, while a block is on
     // its way to disk after the read returned, its hashed temporary file, numbered by a per-process count).
     const cached = (await run('find', [cacheDir, '-type', 'f'])).stdout.trim().split('\n');
-    const allowed = new RegExp(`^/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9]+)$`);
+    const allowed = new RegExp(`^/${CACHE_SUBDIR}/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9]+)$`);
     for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(allowed);
     await unmount(m.path);
   });
@@ -87,11 +88,11 @@ describe('hostile names and bad input', () => {
     await sha256Of(join(first.path, 'ok/big.bin'));
     await unmount(first.path);
     await new Promise((r) => setTimeout(r, 1500)); // the daemon sees its mount go and lets go of the index
-    await fsp.writeFile(join(cacheDir, 'index.sqlite'), 'this is not a database, it is garbage'.repeat(100));
-    await fsp.rm(join(cacheDir, 'index.sqlite-wal'), { force: true });
-    await fsp.writeFile(join(cacheDir, BLOCKS_DIR, 'zz-garbage'), 'junk');
-    await fsp.mkdir(join(cacheDir, BLOCKS_DIR, 'ab'), { recursive: true });
-    await fsp.writeFile(join(cacheDir, BLOCKS_DIR, 'ab', 'ab00000000000000000000000000junk'), 'junk');
+    await fsp.writeFile(join(cacheDir, CACHE_SUBDIR, 'index.sqlite'), 'this is not a database, it is garbage'.repeat(100));
+    await fsp.rm(join(cacheDir, CACHE_SUBDIR, 'index.sqlite-wal'), { force: true });
+    await fsp.writeFile(join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, 'zz-garbage'), 'junk');
+    await fsp.mkdir(join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, 'ab'), { recursive: true });
+    await fsp.writeFile(join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, 'ab', 'ab00000000000000000000000000junk'), 'junk');
     const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
     expect(await sha256Of(join(second.path, 'ok/big.bin'))).toBe(sha256(bytes(6 * 1024 * 1024, 3)));
     await unmount(second.path);

@@ -4,6 +4,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blockFileKey, BLOCKS_DIR } from '../src/blocks/disk-cache.js';
+import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { loadFuse } from '../src/fs/kernel.js';
 import { cleanupAll, finalCounters, mount, mountStats, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
@@ -46,7 +47,7 @@ describe('native reads of cached blocks', () => {
   const blockFile = async (cacheDir: string, block: number): Promise<string> => {
     const { generation } = await objectMeta(tb, NAME);
     const key = blockFileKey({ bucket: tb.bucket, object: NAME, generation, block, blockSize: BLOCK });
-    return join(cacheDir, BLOCKS_DIR, key.slice(0, 2), key);
+    return join(cacheDir, CACHE_SUBDIR, BLOCKS_DIR, key.slice(0, 2), key);
   };
 
   it('answers reads of blocks on disk without JavaScript or GCS, with the right bytes', async () => {

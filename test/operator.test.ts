@@ -98,7 +98,7 @@ describe('operators\' day one', () => {
         const ls = await run('ls', [dir]);
         expect(ls.code, ls.stderr).toBe(0);
         // The control socket opened before the failure is gone again.
-        expect(await fsp.readdir(runtime)).toEqual([]);
+        expect(await fsp.readdir(join(runtime, 'gcsmount'))).toEqual([]);
       }
     } finally {
       await new Promise<void>((r) => blocker.close(() => r()));

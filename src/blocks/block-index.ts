@@ -84,6 +84,8 @@ export class BlockIndex {
   private readonly stmt;
   /** True when the previous owner did not close cleanly: its files and rows may disagree. */
   readonly wasDirty: boolean;
+  /** True when no owner had it before (made just now): there was no stop, clean or not. */
+  readonly fresh: boolean;
   /** Set when the index file was unreadable and has been replaced by an empty one. */
   readonly rebuiltFrom: string | null;
 
@@ -110,7 +112,9 @@ export class BlockIndex {
       setSetting: db.prepare<[string, string]>(`INSERT OR REPLACE INTO settings (k, v) VALUES (?, ?)`),
       clear: db.prepare(`DELETE FROM ${TABLE}`),
     };
-    this.wasDirty = this.setting('clean') !== '1';
+    const clean = this.setting('clean');
+    this.fresh = clean === undefined;
+    this.wasDirty = clean === '0';
     this.setSetting('clean', '0');
   }
 
@@ -346,6 +350,26 @@ export class BlockIndex {
     if (clean) this.setSetting('clean', '1');
     this.db.close();
   }
+}
+
+/**
+ * Takes the lock of the index at `path` (an existing one) without using it, its WAL folded into the
+ * file first, so the file alone is the whole index while it moves and no process can open it
+ * meanwhile. Throws IndexLockedError when a process holds it, SQLite's error when it is no index.
+ */
+export function holdIndexLock(path: string): { release(): void } {
+  const db = new Database(path, { timeout: 0, fileMustExist: true });
+  try {
+    // Before the first read: an exclusive WAL connection keeps its index in memory, no -shm file.
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT;');
+    db.pragma('wal_checkpoint(TRUNCATE)');
+  } catch (err) {
+    db.close();
+    if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
+    throw err;
+  }
+  return { release: () => db.close() };
 }
 
 function toRow(r: Record<string, unknown>): BlockRow {

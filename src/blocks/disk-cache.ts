@@ -1,12 +1,15 @@
 import { crc32c } from '../crc32c.js';
 import { createHash } from 'node:crypto';
-import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp, rmSync } from 'node:fs';
-import type { FileHandle } from 'node:fs/promises';
+import { promises as fsp, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
+import { FreeSpaceMargin } from './free-space.js';
+import { reconcileBlocks } from './reconcile.js';
+import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
+import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
 
 /** Which block of which generation of which object, cut at which block size. */
 export interface BlockKey {
@@ -21,7 +24,7 @@ export interface BlockKey {
   blockSize: number;
 }
 
-export interface DiskCacheConfig {
+export interface DiskCacheConfig extends WriteHealthConfig {
   dir: string;
   limit: SizeLimit;
   /** Once over the limit, evict down to this fraction of it, so eviction runs in batches, not per write. */
@@ -30,11 +33,6 @@ export interface DiskCacheConfig {
   accessFlushMs: number;
   /** Write block files with O_DIRECT when the block's memory allows it (gcsfuse's --file-cache-enable-o-direct). */
   directIo: boolean;
-  /** After a full disk, how long writes pause before the next try. */
-  fullPauseMs: number;
-  /** After a write fails for another reason, the first pause before writes are tried again; it doubles up to the max. */
-  unwritableRetryMs: number;
-  unwritableRetryMaxMs: number;
 }
 
 export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
@@ -46,119 +44,22 @@ export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
   unwritableRetryMaxMs: 5 * 60_000,
 };
 
-/** O_DIRECT wants the memory, the offset and the length aligned to the device's block; 4 KiB covers 512 and 4K devices. */
-const DIRECT_ALIGN = 4096;
-
 /**
  * The layout version is in the folder name, like the table name: a new format starts a new cache.
  * v2: v1 could hold the decompressed bytes of gzip-encoded objects (fetched without Accept-Encoding: gzip)
  * under valid CRCs, which must never be served as the stored bytes.
  */
 export const BLOCKS_DIR = 'blocks-v2';
+/** The SQLite index, beside the block folder. */
+export const INDEX_FILE = 'index.sqlite';
 const BLOCKS = BLOCKS_DIR;
-/** Folders of older layouts: never read again, removed in the background to give their space back. */
-const OLD_LAYOUT_DIRS = ['blocks-v1'];
 
 export function blockFileKey(k: BlockKey): string {
   return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
 }
 
-type Health = 'ok' | 'full' | 'unwritable';
+type Room = 'now' | 'soon' | 'none';
 
-/** Owner-only, whatever the umask: block files hold object bytes, the index object names. */
-const FILE_MODE = 0o600;
-const DIR_MODE = 0o700;
-
-/** SQLite's "database or disk is full" (SQLITE_FULL) is the index's ENOSPC. */
-function isDiskFull(err: NodeJS.ErrnoException): boolean {
-  return err.code === 'ENOSPC' || err.code === 'EDQUOT' || err.code === 'SQLITE_FULL';
-}
-
-/** A folder of the cache's own layout, 0700, and a real folder (not a symlink someone put there). */
-function ensureLayoutDir(path: string): void {
-  try {
-    mkdirSync(path, { mode: DIR_MODE });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-  }
-  const st = lstatSync(path);
-  if (!st.isDirectory()) throw Object.assign(new Error(`${path} is not a directory`), { code: 'ENOTDIR' });
-  if ((st.mode & 0o777) !== DIR_MODE) chmodSync(path, DIR_MODE);
-}
-
-/**
- * Up to `into.length` bytes from the start of the file; the count tells a short file. One read call per
- * block instead of readFile's stat-and-chunks, and into a reused buffer rather than a fresh one.
- */
-async function readFully(path: string, into: Buffer): Promise<number> {
-  const fh = await fsp.open(path, 'r');
-  try {
-    let got = 0;
-    while (got < into.length) {
-      const { bytesRead } = await fh.read(into, got, into.length - got, got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
-    }
-    return got;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Why an O_DIRECT write did not happen: the file system refuses the flag, or this one write failed. */
-type DirectOutcome = 'written' | 'refused' | 'failed';
-
-/**
- * The block as a new file written with O_DIRECT, past the page cache: `padded` is the block's memory
- * rounded up to DIRECT_ALIGN, and the file is cut back to `length` after. EINVAL at open is the file
- * system refusing O_DIRECT; EINVAL later (a short write leaves the next one unaligned) is this block's.
- */
-async function writeDirect(path: string, padded: Buffer, length: number): Promise<DirectOutcome> {
-  const { O_WRONLY, O_CREAT, O_TRUNC, O_DIRECT } = fsConstants;
-  let fh: FileHandle;
-  try {
-    fh = await fsp.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, FILE_MODE);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'refused';
-    throw err;
-  }
-  try {
-    let done = 0;
-    while (done < padded.length) done += (await fh.write(padded, done, padded.length - done, done)).bytesWritten;
-    if (padded.length !== length) await fh.truncate(length);
-    return 'written';
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return 'failed';
-    throw err;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** The whole buffer as a new file, in as few write calls as the kernel allows (writeFile writes 512 KiB at a time). */
-async function writeFully(path: string, data: Buffer): Promise<void> {
-  const fh = await fsp.open(path, 'w', FILE_MODE);
-  try {
-    let done = 0;
-    while (done < data.length) done += (await fh.write(data, done, data.length - done, done)).bytesWritten;
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Deletes the block folders of older layouts, logging what it freed; a failure is logged, not thrown. */
-async function removeOldLayouts(dir: string, log: Logger): Promise<void> {
-  for (const name of OLD_LAYOUT_DIRS) {
-    const old = join(dir, name);
-    if (!(await fsp.stat(old).catch(() => null))) continue;
-    try {
-      await fsp.rm(old, { recursive: true, force: true });
-      log.info({ removed: old }, 'removed the block cache of an older layout version');
-    } catch (err) {
-      log.warn({ dir: old, err: (err as Error).message }, 'cannot remove the block cache of an older layout version');
-    }
-  }
-}
 
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
@@ -168,17 +69,22 @@ async function removeOldLayouts(dir: string, log: Logger): Promise<void> {
 export class DiskCache {
   private readonly index: BlockIndex;
   private readonly limitBytes: number;
+  /** With no budget (-1): the free space kept on the cache's file system, evicting to keep it. */
+  private readonly margin: FreeSpaceMargin | null;
+  /** Bytes reserved for block files not yet on disk: free space statfs still shows, but spoken for. */
+  private unwritten = 0;
+  /** Bytes of evicted block files not yet unlinked: space statfs does not show yet, but soon free. */
+  private unlinking = 0;
+  private readonly unlinks = new Set<Promise<void>>();
   private bytes: number;
   private blocks: number;
   /** Blocks a reader is between lookup and read of: eviction leaves them alone. */
   private readonly pinned = new Map<string, number>();
   private readonly madeDirs = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
-  private health: Health = 'ok';
-  /** While not ok: writes are skipped until then, and the next one is the retry. */
-  private retryAt = 0;
-  private unwritableBackoffMs: number;
-  private readonly pendingWrites = new Set<Promise<void>>();
+  private readonly health: WriteHealth;
+  /** Block writes in progress, by block file key. */
+  private readonly writesInFlight = new Map<string, Promise<void>>();
   /** Temporary block files written so far: names them. */
   private tmpCount = 0;
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
@@ -197,10 +103,10 @@ export class DiskCache {
     private readonly metrics: Metrics,
   ) {
     this.directIo = cfg.directIo;
-    this.unwritableBackoffMs = cfg.unwritableRetryMs;
+    this.health = new WriteHealth(cfg, cfg.dir, log);
     // The lock first: until it is ours, another process may be using every file here (`cache info`
     // under a live mount once emptied the daemon's tmp/, and its next rename failed).
-    this.index = BlockIndex.open(join(cfg.dir, 'index.sqlite'));
+    this.index = BlockIndex.open(join(cfg.dir, INDEX_FILE));
     try {
       // Temporary files are only ever half-written blocks of a process that is gone.
       rmSync(join(cfg.dir, 'tmp'), { recursive: true, force: true });
@@ -214,10 +120,13 @@ export class DiskCache {
     this.bytes = t.bytes;
     this.blocks = t.blocks;
     this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
+    this.margin = cfg.limit.kind === 'bytes' ? null : FreeSpaceMargin.of(cfg.dir);
     this.flushTimer = setInterval(() => {
       try {
         this.pullAccess();
         this.index.flushAccess();
+        // Others filling the disk get room back too, not only our own next write.
+        this.keepMargin(0);
       } catch (err) {
         // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
         this.writeFailed(err as NodeJS.ErrnoException);
@@ -227,6 +136,7 @@ export class DiskCache {
     metrics.setGauge('block_cache_bytes', () => this.bytes);
     metrics.setGauge('block_cache_blocks', () => this.blocks);
     metrics.setGauge('block_cache_limit_bytes', () => (Number.isFinite(this.limitBytes) ? this.limitBytes : -1));
+    if (this.margin) metrics.setGauge('block_cache_free_margin_bytes', () => this.margin!.bytes);
   }
 
   /** Opens the cache in `cfg.dir` (which must exist), reconciling it in the background if it was not closed cleanly. */
@@ -234,19 +144,32 @@ export class DiskCache {
     const cache = new DiskCache(cfg, log, metrics);
     // With the index's lock held, so no daemon of the old version still writes there.
     cache.oldLayoutsRemoved = removeOldLayouts(cfg.dir, log);
-    if (cache.index.wasDirty || cache.index.rebuiltFrom) {
+    const why = cache.reconcileReason();
+    if (why) {
       // In the background: the mount serves reads meanwhile (a row without a file reads as a miss).
       const started = Date.now();
       cache.reconciled = false;
       cache.ready = cache.reconcile(started).then(
         (r) => {
           cache.reconciled = true;
-          log.info({ ...r, ms: Date.now() - started }, 'block cache reconciled after an unclean stop');
+          log.info({ ...r, ms: Date.now() - started }, `block cache reconciled ${why}`);
         },
         (err: Error) => log.warn({ err: err.message }, 'block cache reconciliation failed'),
       );
     }
     return cache;
+  }
+
+  /**
+   * Why files and rows may disagree, or null: a previous owner that did not stop cleanly, an index
+   * rebuilt after it was unreadable, or a new index beside block files (its predecessor deleted by
+   * hand). A new cache has nothing to reconcile, and saying it stopped uncleanly would be false.
+   */
+  private reconcileReason(): string | null {
+    if (this.index.rebuiltFrom) return 'after its unreadable index was rebuilt';
+    if (this.index.wasDirty) return 'after an unclean stop';
+    if (this.index.fresh && readdirSync(join(this.cfg.dir, BLOCKS)).length > 0) return 'with a new index beside block files';
+    return null;
   }
 
   private ensureLayout(): void {
@@ -285,11 +208,35 @@ export class DiskCache {
 
   /**
    * A block read elsewhere (the native read path) was found damaged: its row and file go, as readRow()
-   * drops them, so the next read fetches it again. Nothing happens when the row is gone already (evicted).
+   * drops them, so the next read fetches it again. Nothing happens when the row is gone already (evicted),
+   * nor when the file is whole now: the report is older than the file then (the block was evicted or
+   * dropped and written again before the report reached us), and dropping it would throw away a good
+   * block and fetch it again.
    */
-  dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
+  async dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): Promise<void> {
     const row = this.index.get(key);
-    if (row) this.drop(row, counter, why);
+    if (!row) return;
+    this.pin(key);
+    try {
+      if (await this.intact(row)) return;
+    } finally {
+      this.unpin(key);
+    }
+    try {
+      this.drop(row, counter, why);
+    } catch {
+      // The index could not delete the row (a full disk): the next read of it finds the damage again.
+    }
+  }
+
+  /** Whether the block file holds the row's bytes now. */
+  private async intact(row: BlockRow): Promise<boolean> {
+    const data = Buffer.allocUnsafe(row.size);
+    try {
+      return (await readFully(this.path(row.key), data)) === row.size && crc32c(data) === row.crc32c;
+    } catch {
+      return false;
+    }
   }
 
   /** Whether the index holds the block (not checked: a warm-up uses it to skip what is there). */
@@ -351,28 +298,32 @@ export class DiskCache {
    * the caller has just checked it, so they are not hashed again.
    */
   write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
+    const key = blockFileKey(k);
+    // One write per block at a time (the bytes of a key never differ): a second would reserve the
+    // block's bytes again, and the budget would count it twice, evicting early, until a restart.
+    const inFlight = this.writesInFlight.get(key);
+    if (inFlight) return inFlight;
     // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
-    const p = this.writeNow(k, data, directCapacity, knownCrc32c).catch((err: Error) => {
+    const p = this.writeNow(k, key, data, directCapacity, knownCrc32c).catch((err: Error) => {
       this.metrics.inc('block_cache_write_errors');
       this.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
     });
-    this.pendingWrites.add(p);
-    void p.finally(() => this.pendingWrites.delete(p));
+    this.writesInFlight.set(key, p);
+    void p.finally(() => this.writesInFlight.delete(key));
     return p;
   }
 
   /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
   async drain(): Promise<void> {
-    while (this.pendingWrites.size > 0) await Promise.allSettled([...this.pendingWrites]);
+    while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
   }
 
-  private async writeNow(k: BlockKey, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
+  private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
     if (this.closed || data.length > this.limitBytes) return;
-    if (this.health !== 'ok') {
-      if (Date.now() < this.retryAt) return;
-      // This write is the retry; the ones behind it wait for its outcome.
-      this.retryAt = Number.POSITIVE_INFINITY;
-      if (this.health === 'unwritable') {
+    const admitted = this.health.admit();
+    if (admitted === 'skip') return;
+    if (admitted === 'retry') {
+      if (this.health.state === 'unwritable') {
         try {
           // Whatever went away (an emptied tmp/, a removed folder) comes back before the retry.
           this.ensureLayout();
@@ -382,9 +333,8 @@ export class DiskCache {
         }
       }
     }
-    const key = blockFileKey(k);
     if (this.index.has(key)) {
-      if (this.health !== 'ok') this.retryAt = 0; // not a retry after all: the next write is
+      this.health.notTried(); // not a retry after all: the next write is
       return;
     }
     // Unique within this process, which alone writes here while it holds the index's lock (a count: a
@@ -392,14 +342,26 @@ export class DiskCache {
     const tmp = join(this.cfg.dir, 'tmp', `${key}.${++this.tmpCount}`);
     const final = this.path(key);
     let reserved = false;
+    let written = false;
     let renamed = false;
     try {
-      // Reserve the space before the first await, so concurrent writers cannot overshoot the budget together.
-      this.makeRoom(data.length);
+      for (let room = this.makeRoom(data.length); room !== 'now'; room = this.makeRoom(data.length)) {
+        if (room === 'none' || this.closed) {
+          // Nothing left to evict above the free-space margin (all of it being written or read): a miss, not a failure.
+          this.metrics.inc('block_cache_skipped_no_room');
+          this.health.notTried();
+          return;
+        }
+        await Promise.all([...this.unlinks]);
+      }
+      // Reserved with no await since the room was found, so concurrent writers cannot overshoot together.
       this.bytes += data.length;
       this.blocks += 1;
+      this.unwritten += data.length;
       reserved = true;
       await this.writeBlockFile(tmp, data, directCapacity);
+      this.unwritten -= data.length;
+      written = true;
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
         await fsp.mkdir(dir, { mode: DIR_MODE }).catch((err: NodeJS.ErrnoException) => {
@@ -413,11 +375,12 @@ export class DiskCache {
       if (this.closed) throw new Error('closed');
       // A close while this waits commits the row (close() writes what is pending) and resolves it.
       await this.index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
-      if (this.health !== 'ok') this.recovered();
+      this.health.succeeded();
     } catch (err) {
       if (reserved) {
         this.bytes -= data.length;
         this.blocks -= 1;
+        if (!written) this.unwritten -= data.length;
       }
       await fsp.rm(tmp, { force: true }).catch(() => undefined);
       // A file without a row costs disk the budget does not see, and after a clean stop nothing would
@@ -447,45 +410,46 @@ export class DiskCache {
     await writeFully(path, data);
   }
 
-  /**
-   * Neither condition is forever: a full disk pauses writes for `fullPauseMs`, any other failure for a
-   * backoff that doubles while retries keep failing. Logged once per change of state, not per block.
-   */
+  /** A write failed: writes pause (WriteHealth); after a full disk, a slice of the cache goes too. */
   private writeFailed(err: NodeJS.ErrnoException): void {
     this.metrics.inc('block_cache_write_errors');
-    if (isDiskFull(err)) {
-      if (this.health !== 'full') this.log.warn({ dir: this.cfg.dir, code: err.code }, 'block cache disk is full: reads go straight to GCS until space frees up');
-      this.health = 'full';
-      this.retryAt = Date.now() + this.cfg.fullPauseMs;
-      this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
+    this.health.failed(err);
+    if (!isDiskFull(err)) return;
+    try {
       // Make the next attempt likely to fit: give back a slice of what we hold.
-      try {
-        this.evictDownTo(this.bytes * this.cfg.lowWatermark);
-      } catch {
-        // The index may be what is full; the pause still holds.
-      }
-    } else {
-      if (this.health !== 'unwritable') {
-        this.log.warn({ dir: this.cfg.dir, code: err.code, err: err.message }, 'block cache directory is not writable: reads go straight to GCS; writes are retried with backoff');
-        this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
-      } else {
-        this.unwritableBackoffMs = Math.min(this.unwritableBackoffMs * 2, this.cfg.unwritableRetryMaxMs);
-      }
-      this.health = 'unwritable';
-      this.retryAt = Date.now() + this.unwritableBackoffMs;
+      this.evictDownTo(this.bytes * this.cfg.lowWatermark);
+    } catch {
+      // The index may be what is full; the pause still holds.
     }
   }
 
-  private recovered(): void {
-    this.log.info({ dir: this.cfg.dir, was: this.health }, this.health === 'full' ? 'block cache disk has room again' : 'block cache directory is writable again');
-    this.health = 'ok';
-    this.retryAt = 0;
-    this.unwritableBackoffMs = this.cfg.unwritableRetryMs;
+  /**
+   * Evicts what a write of `incoming` bytes needs: 'now' when it may be written, 'soon' once the files
+   * just evicted are unlinked (writing before that is what ran parallel writes into ENOSPC), 'none'
+   * when there is not that much left to evict.
+   */
+  private makeRoom(incoming: number): Room {
+    if (this.bytes + incoming > this.limitBytes) this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
+    return this.keepMargin(incoming);
   }
 
-  private makeRoom(incoming: number): void {
-    if (this.bytes + incoming <= this.limitBytes) return;
-    this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
+  /** Bytes free now above the free-space margin, less what writes in flight will take; null without a margin. */
+  private freeAboveMargin(): number | null {
+    const free = this.margin?.freeBytes() ?? null;
+    return free === null ? null : free - this.unwritten - this.margin!.bytes;
+  }
+
+  /**
+   * With no budget: evicts least recently used blocks until `incoming` more bytes leave the margin
+   * free, and a batch beyond it, so it does not run once per block.
+   */
+  private keepMargin(incoming: number): Room {
+    let room = this.freeAboveMargin();
+    if (room === null || room >= incoming) return 'now';
+    if (room + this.unlinking < incoming) this.evictDownTo(this.bytes - (incoming - room - this.unlinking) - this.margin!.batchBytes);
+    room = this.freeAboveMargin()!;
+    if (room >= incoming) return 'now';
+    return room + this.unlinking >= incoming ? 'soon' : 'none';
   }
 
   /** Evicts least recently used blocks, skipping pinned ones, until at most `target` bytes remain. */
@@ -515,7 +479,7 @@ export class DiskCache {
         this.metrics.inc('block_cache_evicted_bytes', size);
       }
       // The file goes after the row; a reader that already opened it keeps reading (Linux unlink semantics).
-      for (const { key } of victims) void fsp.rm(this.path(key), { force: true }).catch(() => undefined);
+      for (const { key, size } of victims) this.removeFile(key, size);
     }
   }
 
@@ -527,7 +491,20 @@ export class DiskCache {
     this.index.delete([row.key]);
     this.bytes -= row.size;
     this.blocks -= 1;
-    void fsp.rm(this.path(row.key), { force: true }).catch(() => undefined);
+    this.removeFile(row.key, row.size);
+  }
+
+  /** Unlinks a block file in the background; its bytes count as soon-free space until then. */
+  private removeFile(key: string, size: number): void {
+    this.unlinking += size;
+    const done: Promise<void> = fsp
+      .rm(this.path(key), { force: true })
+      .catch(() => undefined)
+      .finally(() => {
+        this.unlinking -= size;
+        this.unlinks.delete(done);
+      });
+    this.unlinks.add(done);
   }
 
   private pin(key: string): void {
@@ -540,53 +517,25 @@ export class DiskCache {
     else this.pinned.set(key, n);
   }
 
-  /**
-   * After an unclean stop: rows whose file is gone are dropped, and files no row names (written, not yet
-   * indexed, when the process died) are deleted. Files newer than `startedAt` belong to this run.
-   */
+  /** Files and rows made to agree (reconcileBlocks), the counts following the rows dropped. */
   async reconcile(startedAt: number): Promise<{ droppedRows: number; deletedFiles: number }> {
-    let droppedRows = 0;
-    let deletedFiles = 0;
-    const root = join(this.cfg.dir, BLOCKS);
-    const onDisk = new Set<string>();
-    for (const fan of await fsp.readdir(root).catch(() => [] as string[])) {
-      if (this.closed) throw new Error('closed before reconciliation finished');
-      for (const name of await fsp.readdir(join(root, fan)).catch(() => [] as string[])) {
-        if (this.index.has(name)) {
-          onDisk.add(name);
-          continue;
-        }
-        const p = join(root, fan, name);
-        const st = await fsp.stat(p).catch(() => null);
-        if (st && st.mtimeMs < startedAt) {
-          await fsp.rm(p, { force: true });
-          deletedFiles++;
-        }
-      }
-      await new Promise((r) => setImmediate(r)); // let FUSE requests through between folders
+    const { dropped, deletedFiles } = await reconcileBlocks(this.index, join(this.cfg.dir, BLOCKS), startedAt, () => this.closed);
+    for (const row of dropped) {
+      this.bytes -= row.size;
+      this.blocks -= 1;
     }
-    if (this.closed) throw new Error('closed before reconciliation finished');
-    const missing: BlockRow[] = [];
-    for (const row of this.index.rows()) if (!onDisk.has(row.key) && row.lastAccess < startedAt) missing.push(row);
-    for (const row of missing) {
-      if (this.index.has(row.key)) {
-        this.index.delete([row.key]);
-        this.bytes -= row.size;
-        this.blocks -= 1;
-        droppedRows++;
-      }
-    }
-    return { droppedRows, deletedFiles };
+    return { droppedRows: dropped.length, deletedFiles };
   }
 
-  /** Bytes that can still be written before eviction starts (Infinity without a limit). */
+  /** Bytes that can still be written before eviction starts: under the budget, or above the free-space margin. */
   get spareBytes(): number {
-    return this.limitBytes - this.bytes;
+    const room = this.freeAboveMargin();
+    return Math.min(this.limitBytes - this.bytes, room === null ? Number.POSITIVE_INFINITY : Math.max(0, room + this.unlinking));
   }
 
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
     const t = this.index.totals();
-    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health };
+    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health.state };
   }
 
   /** Re-checks every block's CRC32C, dropping bad ones. */

@@ -1,7 +1,8 @@
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { silentLogger } from '../observe/logger.js';
-import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
+import { PrivateDirError } from '../private-dir.js';
+import { findCacheHome, NoCacheError } from '../blocks/cache-home.js';
 import { Metrics } from '../observe/metrics.js';
 import { EXIT, UserError } from './exit.js';
 import { formatBytes } from './format.js';
@@ -35,11 +36,12 @@ function parse(args: string[]): { action: 'info' | 'verify' | 'clear'; dir: stri
 async function openStoppedCache(dir: string): Promise<DiskCache> {
   let cache: DiskCache;
   try {
-    // The same checks as a daemon's (ours, not through a planted symlink), then the lock before anything else.
-    const real = preparePrivateDir(dir, { create: false, what: 'cache dir' });
-    cache = DiskCache.open({ dir: real, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    // The same checks as a daemon's (ours, not through a planted symlink), then the lock before anything
+    // else; a folder with no cache of ours is refused before anything is made in it.
+    const home = findCacheHome(dir);
+    cache = DiskCache.open({ dir: home, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
   } catch (err) {
-    if (err instanceof PrivateDirError) throw new UserError(err.message, EXIT.cacheDir);
+    if (err instanceof PrivateDirError || err instanceof NoCacheError) throw new UserError(err.message, EXIT.cacheDir);
     if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by a running gcsmount; stop it first, or run gcsmount stats MOUNTPOINT for its live figures`, EXIT.cacheDir);
     throw new UserError(`cache dir ${dir} cannot be opened: ${(err as Error).message}`, EXIT.cacheDir);
   }

@@ -46,7 +46,7 @@ function table(r: StatsReport): string {
   const c = r.counters;
   const g = r.gauges;
   const ratio = r.summary.blockCacheHitRatio === null ? 'n/a' : `${(100 * r.summary.blockCacheHitRatio).toFixed(1)}%`;
-  const limit = g.block_cache_limit_bytes === undefined ? ' (no disk cache)' : g.block_cache_limit_bytes < 0 ? ' (no limit)' : ` of ${formatBytes(g.block_cache_limit_bytes)}`;
+  const limit = g.block_cache_limit_bytes === undefined ? ' (no disk cache)' : g.block_cache_limit_bytes < 0 ? (g.block_cache_free_margin_bytes ? ` (no limit; keeps ${formatBytes(g.block_cache_free_margin_bytes)} of its disk free)` : ' (no limit)') : ` of ${formatBytes(g.block_cache_limit_bytes)}`;
   const lines = [
     `${r.mountPoint}  (bucket ${r.bucket}, pid ${r.pid}, up ${formatDuration(r.uptimeSeconds)}${r.cacheDir ? `, cache ${r.cacheDir}` : ''})`,
     `  block cache   hit ratio ${ratio}   from cache ${formatBytes(c.block_cache_hit_bytes!)} (${formatCount(c.block_cache_hits!)} blocks)   fetched ${formatBytes(c.block_fetch_bytes!)} (${formatCount(c.block_fetches!)} blocks)`,

@@ -14,7 +14,8 @@ import { warm } from '../fs/warmer.js';
 import { startControlServer, type MountInfo } from '../observe/control-server.js';
 import { startPrometheus } from '../observe/prometheus.js';
 import { controlSocketFor, ensureRuntimeDir } from '../observe/runtime-dir.js';
-import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
+import { PrivateDirError } from '../private-dir.js';
+import { prepareCacheHome } from '../blocks/cache-home.js';
 import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
 import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
@@ -287,7 +288,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     // rw has its own notice (options.ts), logged with the others at start.
     else if (o !== 'ro' && o !== 'rw') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
   }
-  const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? v['cache-dir'] : null };
+  const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? disk.info().dir : null };
   const control = await startControlServer(
     await controlSocketFor(mountPoint),
     {
@@ -369,9 +370,9 @@ function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskC
   const limit = getSizeLimit(opts, 'file-cache-max-size-mb');
   if (!dir || limit.kind === 'off') return null;
   try {
-    // Component by component (Node's recursive mkdir spins forever on /proc/x), 0700, ours.
-    const real = preparePrivateDir(dir, { create: true, what: 'cache dir' });
-    return DiskCache.open({ dir: real, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
+    // Everything in DIR/gcsmount-cache (0700, ours); DIR itself may hold anything and is left as it is.
+    const home = prepareCacheHome(dir, log);
+    return DiskCache.open({ dir: home, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
   } catch (err) {
     if (err instanceof PrivateDirError) throw new UserError(err.message, EXIT.cacheDir);
     if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);

@@ -102,6 +102,6 @@ export class NativeReads {
   /** The native side found block file `key` damaged (a FALLBACK reason): it goes, and is fetched again. */
   damaged(key: string, reason: number): void {
     const d = DAMAGE[reason];
-    if (d) this.disk.dropDamaged(key, d.counter, d.why);
+    if (d) void this.disk.dropDamaged(key, d.counter, d.why);
   }
 }

@@ -2,17 +2,23 @@ import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import { preparePrivateDir } from '../private-dir.js';
+import { preparePrivateSubdir } from '../private-dir.js';
 
 /**
- * Where the control sockets live: one per mount, owner-only. /run/gcsmount for root (the systemd case),
- * $XDG_RUNTIME_DIR/gcsmount or a per-user folder in /tmp otherwise; GCSMOUNT_RUNTIME_DIR overrides.
+ * Where the control sockets live: a folder of gcsmount's own, owner-only, inside a folder that may hold
+ * other things (and is never changed): /run/gcsmount for root (the systemd case), $XDG_RUNTIME_DIR/gcsmount
+ * or a per-user folder in /tmp otherwise; GCSMOUNT_RUNTIME_DIR=DIR puts it in DIR/gcsmount.
  */
-export function runtimeDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.GCSMOUNT_RUNTIME_DIR) return env.GCSMOUNT_RUNTIME_DIR;
+function runtimeLocation(env: NodeJS.ProcessEnv): { parent: string; name: string } {
+  if (env.GCSMOUNT_RUNTIME_DIR) return { parent: env.GCSMOUNT_RUNTIME_DIR, name: 'gcsmount' };
   const uid = process.getuid?.() ?? 0;
-  if (uid === 0) return '/run/gcsmount';
-  return env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'gcsmount') : join(tmpdir(), `gcsmount-${uid}`);
+  if (uid === 0) return { parent: '/run', name: 'gcsmount' };
+  return env.XDG_RUNTIME_DIR ? { parent: env.XDG_RUNTIME_DIR, name: 'gcsmount' } : { parent: tmpdir(), name: `gcsmount-${uid}` };
+}
+
+export function runtimeDir(env: NodeJS.ProcessEnv = process.env): string {
+  const { parent, name } = runtimeLocation(env);
+  return join(parent, name);
 }
 
 /**
@@ -46,12 +52,13 @@ export async function controlSocketFor(path: string, env: NodeJS.ProcessEnv = pr
 }
 
 /**
- * Makes the runtime dir (0700), refusing one another user owns or one reached through a symlink in a
- * world-writable folder (the /tmp fallback is where someone else could have made it first): a
- * PrivateDirError of one line.
+ * Makes the runtime dir (0700) in its parent, which is left as it is, refusing one another user owns,
+ * a symlink in its place, or a parent reached through a symlink in a world-writable folder (the /tmp
+ * fallback is where someone else could have made it first): a PrivateDirError of one line.
  */
 export async function ensureRuntimeDir(env: NodeJS.ProcessEnv = process.env): Promise<string> {
-  return preparePrivateDir(runtimeDir(env), { create: true, what: 'runtime dir' });
+  const { parent, name } = runtimeLocation(env);
+  return preparePrivateSubdir(parent, name, { create: true, what: 'runtime dir' });
 }
 
 export async function allSockets(env: NodeJS.ProcessEnv = process.env): Promise<string[]> {
