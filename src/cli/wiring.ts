@@ -2,6 +2,7 @@ import { BlockBuffers } from '../blocks/block-buffers.js';
 import { BlockSource } from '../blocks/block-source.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
 import { ReadaheadBudget } from '../blocks/readahead-budget.js';
+import { MemoryBudget } from '../memory/memory-budget.js';
 import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
@@ -197,17 +198,17 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
   });
   const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
+  const memory = mountMemoryBudget(opts, blockSize, log, metrics);
   const buffers = new BlockBuffers({
     blockSize,
-    // Far more than a cold sequential read holds at once with the defaults (16 downloads and a 16-block
-    // window of 4 MiB); only touched pages cost memory, and idle slabs are dropped.
-    maxBytes: 512 * MIB,
+    budget: memory,
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
-    idleTrimMs: 30_000,
+    // Idle memory goes back to the system within seconds; a busy mount reuses its buffers long before.
+    idleTrimMs: 2000,
   });
   undo.push(() => buffers.close());
   // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
-  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics);
+  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics, memory);
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   // Reads of blocks already on disk are answered by native workers, without JavaScript.
@@ -219,6 +220,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     { ttl, negativeTtl, statBudget: getSizeLimit(opts, 'stat-cache-max-size-mb'), typeBudget: getSizeLimit(opts, 'type-cache-max-size-mb') },
     metrics,
   );
+  // Accounted, not limited: the stat budget bounds listings; they are shown beside the memory budget.
+  memory.account('listings', () => cache.usage().listingBytes);
   const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
   const names = new NameMapper(v['only-dir'] || null);
   const namespace = new Namespace({
@@ -266,7 +269,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       dirMode: v['dir-mode'],
       mountTimeMs: Date.now(),
     },
-    reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget },
+    reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget, memory },
     // As long as the kernel may hold a size: its attribute timeout.
     reportedSizes: { ...DEFAULT_REPORTED_SIZES, ttlMs: kernelSecs(ttl) * 1000 },
     timeouts: {
@@ -327,11 +330,36 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       disk?.close();
       prefetchStore.close();
       buffers.close();
+      memory.close();
       await client.close();
       rate?.close();
       log.info({ metrics: metrics.snapshot() }, 'final counters');
     },
   };
+}
+
+/**
+ * The mount's one memory budget (--memory-limit-mb). It must hold the largest single request (a whole
+ * object up to the threshold, or a block) with a block to spare, or a read could never be served; a
+ * smaller flag is raised to that, and the log says so. Readahead and prefetch leave demand an eighth of it.
+ */
+function mountMemoryBudget(opts: MountOptions, blockSize: number, log: Logger, metrics: Metrics): MemoryBudget {
+  const v = opts.values;
+  const asked = v['memory-limit-mb'] * MIB;
+  const least = Math.max(blockSize, v['whole-object-threshold-mb'] * MIB) + blockSize;
+  if (asked < least) log.warn({ asked, least }, `--memory-limit-mb ${v['memory-limit-mb']} cannot hold a read's blocks: using ${Math.ceil(least / MIB)}`);
+  const limitBytes = Math.max(asked, least);
+  const memory = new MemoryBudget({ limitBytes, demandHeadroomBytes: Math.max(blockSize, Math.floor(limitBytes / 8)), idleReclaimAfterMs: 250 });
+  metrics.setGauge('memory_limit_bytes', () => memory.limit);
+  metrics.setGauge('memory_in_use_bytes', () => memory.inUse);
+  metrics.setGauge('memory_peak_bytes', () => memory.peakInUse);
+  metrics.setGauge('memory_waiting', () => memory.waiting);
+  metrics.setGauge('memory_waiting_bytes', () => memory.waitingBytes);
+  metrics.setGauge('memory_listing_bytes', () => memory.accountedBytes().listings ?? 0);
+  metrics.addCounterSource('memory_waits', () => memory.counts.waits);
+  metrics.addCounterSource('memory_wait_ms', () => memory.counts.waitMs);
+  metrics.addCounterSource('memory_reclaims', () => memory.counts.reclaims);
+  return memory;
 }
 
 /** What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first. */
