@@ -123,6 +123,8 @@ export interface BlockBuffersConfig {
   poison: boolean;
   /** A free buffer unused for this long is given back to the system. */
   idleTrimMs: number;
+  /** Called once the last buffer has gone back, with none lent out: the mount's reads are over for now. */
+  onIdle?: () => void;
 }
 
 const POISON = 0xdb;
@@ -142,6 +144,8 @@ export class BlockBuffers {
   private leased = 0;
   /** Set once the runtime refuses a WebAssembly.Memory: buffers are then plain ones (not aligned). */
   private alignedRefused = false;
+  /** Buffers were lent since the pool was last found idle. */
+  private busy = false;
   private readonly trimTimer: NodeJS.Timeout;
   private readonly cfg: BlockBuffersConfig & { budget: MemoryBudget };
 
@@ -205,6 +209,7 @@ export class BlockBuffers {
   private lend(length: number, reservation: Reservation): BlockData {
     const chunk = reservation.bytes === this.cfg.blockSize && this.free.length > 0 ? this.free.pop()! : this.newChunk(reservation.bytes);
     this.leased++;
+    this.busy = true;
     return new Lease(this, chunk, reservation, length);
   }
 
@@ -251,6 +256,10 @@ export class BlockBuffers {
     let n = 0;
     while (n < this.free.length && now - this.free[n]!.idleSince >= this.cfg.idleTrimMs) n++;
     for (const chunk of this.free.splice(0, n)) this.discard(chunk);
+    if (this.busy && this.leased === 0 && this.free.length === 0) {
+      this.busy = false;
+      this.cfg.onIdle?.();
+    }
   }
 
   close(): void {

@@ -3,6 +3,7 @@ import { BlockSource } from '../blocks/block-source.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
 import { ReadaheadBudget } from '../blocks/readahead-budget.js';
 import { MemoryBudget } from '../memory/memory-budget.js';
+import { releaseIdleMemory } from '../block-memory.js';
 import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
@@ -205,6 +206,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     // Idle memory goes back to the system within seconds; a busy mount reuses its buffers long before.
     idleTrimMs: 2000,
+    onIdle: releaseIdleMemory,
   });
   undo.push(() => buffers.close());
   // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
