@@ -97,6 +97,11 @@ export class BlockSource {
     });
   }
 
+  /** Whether a guess of `bytes` would get memory now (a prefetch round asks before it starts a file). */
+  hasMemoryFor(bytes: number, use: 'readahead' | 'prefetch'): boolean {
+    return this.deps.buffers.budget.hasRoom(bytes, use);
+  }
+
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
   cached(meta: ObjectMeta, index: number): boolean {
     return this.writing.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
