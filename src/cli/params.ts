@@ -420,7 +420,7 @@ export const PARAMS = [
     configKey: 'read.global-max-blocks',
     type: 'int',
     default: 40,
-    help: 'Blocks held in memory ahead of readers across all open files, which bounds the memory of readahead; -1 = unlimited, 0 = no readahead',
+    help: 'Blocks held in memory ahead of readers across all open files (within --memory-limit-mb, which bounds all block memory); -1 = unlimited, 0 = no readahead',
     group: 'Downloads',
     effect: 'effective',
     min: -1,
