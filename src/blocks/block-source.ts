@@ -99,7 +99,7 @@ export class BlockSource {
 
   /** Whether a guess of `bytes` would get memory now (a prefetch round asks before it starts a file). */
   hasMemoryFor(bytes: number, use: 'readahead' | 'prefetch'): boolean {
-    return this.deps.buffers.budget.hasRoom(bytes, use);
+    return this.deps.buffers.budget.admits(bytes, use);
   }
 
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
@@ -196,7 +196,6 @@ export class BlockSource {
     if (memory === 'wait') return this.deps.buffers.leaseWhenFree(length);
     const lease = this.deps.buffers.tryLease(length, priority === 'demand' ? 'demand' : priority);
     if (lease) return lease;
-    this.deps.metrics.inc(priority === 'prefetch' ? 'memory_prefetch_skipped' : 'memory_readahead_skipped');
     throw new MemoryShortError();
   }
 

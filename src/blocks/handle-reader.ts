@@ -198,7 +198,7 @@ export class HandleReader {
       for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + this.window); b++) {
         if (this.held.has(b)) continue;
         // Readahead is a guess: skipped when memory is short or a read waits for it.
-        if (this.cfg.memory && !this.cfg.memory.hasRoom(bs, 'readahead')) break;
+        if (this.cfg.memory && !this.cfg.memory.admits(bs, 'readahead')) break;
         if (!this.cfg.budget.tryTake()) break;
         this.hold(b, true);
       }

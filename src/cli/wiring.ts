@@ -361,6 +361,8 @@ function mountMemoryBudget(opts: MountOptions, blockSize: number, log: Logger, m
   metrics.addCounterSource('memory_waits', () => memory.counts.waits);
   metrics.addCounterSource('memory_wait_ms', () => memory.counts.waitMs);
   metrics.addCounterSource('memory_reclaims', () => memory.counts.reclaims);
+  metrics.addCounterSource('memory_readahead_skipped', () => memory.counts.readaheadRefused);
+  metrics.addCounterSource('memory_prefetch_skipped', () => memory.counts.prefetchRefused);
   return memory;
 }
 

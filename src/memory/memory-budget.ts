@@ -53,8 +53,8 @@ export class MemoryBudget {
   private readonly accounted = new Map<string, () => number>();
   private idleTimer: NodeJS.Timeout | null = null;
   private pumping = false;
-  /** Counts for the metrics: demand requests that waited and for how long, guesses refused. */
-  readonly counts = { waits: 0, waitMs: 0, refused: 0, reclaims: 0 };
+  /** Counts for the metrics: demand requests that waited and for how long, guesses refused, reclaimer calls. */
+  readonly counts = { waits: 0, waitMs: 0, readaheadRefused: 0, prefetchRefused: 0, reclaims: 0 };
 
   constructor(private readonly cfg: MemoryBudgetConfig) {
     if (!(cfg.limitBytes > 0)) throw new Error('memory limit must be positive');
@@ -103,17 +103,19 @@ export class MemoryBudget {
    * into demand's headroom. Demand may use this too, to learn whether it would have to wait.
    */
   tryReserve(bytes: number, use: MemoryUse): Reservation | null {
-    if (!this.hasRoom(bytes, use)) {
-      if (use !== 'demand') this.counts.refused++;
-      return null;
-    }
-    return this.grant(bytes);
+    return this.admits(bytes, use) ? this.grant(bytes) : null;
   }
 
-  /** Whether tryReserve would grant `bytes` now (a reader deciding whether to fetch ahead at all). */
-  hasRoom(bytes: number, use: MemoryUse): boolean {
+  /**
+   * Whether tryReserve would grant `bytes` now, for a guess deciding whether to start at all; a refusal
+   * counts as a guess skipped, as tryReserve's does.
+   */
+  admits(bytes: number, use: MemoryUse): boolean {
     const ceiling = use === 'demand' ? this.cfg.limitBytes : this.cfg.limitBytes - this.cfg.demandHeadroomBytes;
-    return this.queue.length === 0 && this.used + bytes <= ceiling;
+    if (this.queue.length === 0 && this.used + bytes <= ceiling) return true;
+    if (use === 'readahead') this.counts.readaheadRefused++;
+    else if (use === 'prefetch') this.counts.prefetchRefused++;
+    return false;
   }
 
   /** Memory for demand: at once when there is room and nobody is ahead, else in FIFO order. */

@@ -63,8 +63,8 @@ export const COUNTERS = {
   prefetch_budget_stops: 'prefetch rounds stopped by the memory budget or to spare the disk cache an eviction',
   memory_waits: 'reads that waited for memory (the mount-wide --memory-limit-mb budget)',
   memory_wait_ms: 'milliseconds reads spent waiting for memory, in all',
-  memory_readahead_skipped: 'readahead blocks not fetched because the memory budget was short',
-  memory_prefetch_skipped: 'prefetched blocks not fetched because the memory budget was short',
+  memory_readahead_skipped: 'times readahead was held back because the memory budget was short or a read waited for memory (checked at each read of a sequential reader)',
+  memory_prefetch_skipped: 'prefetch downloads (a file, or a block) not started because the memory budget was short or a read waited for memory',
   memory_reclaims: 'holders asked to give memory back for a waiting read (prefetched blocks, blocks behind or ahead of readers)',
   prefetch_consolidated_layouts: "Zarr v2 arrays whose layout came from the store's consolidated .zmetadata (no GET of their .zarray)",
 } as const;
