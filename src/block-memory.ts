@@ -43,7 +43,8 @@ function loadGc(): (() => void) | null {
   }
 }
 
-const gc = loadGc();
+/** Loaded on first use: setting a V8 flag is no business of a module merely imported. */
+let gc: (() => void) | null | undefined;
 
 /**
  * For a daemon whose reads are over: what the runtime still holds goes back to the system. Socket reads
@@ -52,6 +53,7 @@ const gc = loadGc();
  * finished. A full collection of an idle daemon's heap takes milliseconds.
  */
 export function releaseIdleMemory(): void {
+  if (gc === undefined) gc = loadGc();
   gc?.();
   addon?.trimMalloc?.();
 }
