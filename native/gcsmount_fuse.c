@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <malloc.h>
 #include <node_api.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -887,6 +888,16 @@ static napi_value discard_memory(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// trimMalloc(): gives the C heap's free pages back to the system (malloc_trim, which also returns free
+// pages inside the heap, not only at its top). Socket buffers the garbage collector has just freed stay
+// resident otherwise: glibc keeps freed memory for reuse. For a daemon gone idle.
+static napi_value trim_malloc(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value out;
+  napi_get_boolean(env, malloc_trim(0) == 1, &out);
+  return out;
+}
+
 // replyBuf(req, buffer, length): the kernel copies straight out of the Buffer's memory.
 static napi_value reply_buf(napi_env env, napi_callback_info info) {
   napi_value argv[3];
@@ -1223,6 +1234,7 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("crc32c", crc32c_js);
   EXPORT("adviseHugePages", advise_huge_pages);
   EXPORT("discardMemory", discard_memory);
+  EXPORT("trimMalloc", trim_malloc);
   return exports;
 }
 

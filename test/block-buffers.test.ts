@@ -5,6 +5,7 @@ import { BlockSource } from '../src/blocks/block-source.js';
 import { DownloadScheduler } from '../src/blocks/download-scheduler.js';
 import { HandleReader } from '../src/blocks/handle-reader.js';
 import { ReadaheadBudget } from '../src/blocks/readahead-budget.js';
+import { MemoryBudget } from '../src/memory/memory-budget.js';
 import type { ObjectClient, ObjectMeta } from '../src/gcs/object-client.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
@@ -46,7 +47,7 @@ describe('block buffers', () => {
     pool.close();
   });
 
-  it('gives an idle slab\'s memory back when it trims it, not when the garbage collector gets to it', async () => {
+  it('gives an idle buffer\'s memory back when it trims it, not when the garbage collector gets to it', async () => {
     const pool = new BlockBuffers({ blockSize: 4 * 1024 * 1024, maxBytes: 64 * 1024 * 1024, poison: false, idleTrimMs: 50 });
     const untouched = anonKiBByMapping();
     const lease = pool.lease(4 * 1024 * 1024);
@@ -54,14 +55,15 @@ describe('block buffers', () => {
     const bytes = lease.bytes; // a view a careless holder might keep: it must read zeros, not crash
     const touched = anonKiBByMapping();
     lease.release();
+    expect(pool.pooled).toBe(1);
     await new Promise((r) => setTimeout(r, 300));
     expect(pool.pooled).toBe(0);
-    // The slab's own mapping, not the whole process (whose other allocations move meanwhile): it gained
+    // The buffer's own mapping, not the whole process (whose other allocations move meanwhile): it gained
     // the block's 4 MiB when touched and gave them all back when trimmed.
     const trimmed = anonKiBByMapping();
-    const slabMappings = [...touched].filter(([start, kib]) => kib - (untouched.get(start) ?? 0) >= 4096);
-    expect(slabMappings.length).toBeGreaterThanOrEqual(1);
-    expect(slabMappings.some(([start, kib]) => kib - (trimmed.get(start) ?? 0) >= 4096)).toBe(true);
+    const mappings = [...touched].filter(([start, kib]) => kib - (untouched.get(start) ?? 0) >= 4096);
+    expect(mappings.length).toBeGreaterThanOrEqual(1);
+    expect(mappings.some(([start, kib]) => kib - (trimmed.get(start) ?? 0) >= 4096)).toBe(true);
     expect(bytes[0]).toBe(0);
     pool.close();
   });
@@ -99,20 +101,150 @@ describe('block buffers', () => {
     pool.close();
   });
 
-  it('lends page-aligned slots up to its budget, then buffers of its own, and reuses a released slot', () => {
+  it('lends page-aligned buffers within its budget, never past it, and reuses a released one', async () => {
     const pool = buffers(false, 2);
-    const [a, b, c] = [pool.lease(BLOCK), pool.lease(BLOCK), pool.lease(BLOCK)];
-    expect([a.directCapacity, b.directCapacity, c.directCapacity]).toEqual([BLOCK, BLOCK, 0]);
+    const [a, b] = [pool.lease(BLOCK), pool.lease(BLOCK)];
+    expect([a.directCapacity, b.directCapacity]).toEqual([BLOCK, BLOCK]);
+    // A third is refused to a guess, and waits for a read.
+    expect(pool.tryLease(BLOCK, 'readahead')).toBeNull();
+    const c = pool.leaseWhenFree(BLOCK);
+    expect(c).toBeInstanceOf(Promise);
     a.bytes.fill(7);
     a.release();
-    const d = pool.lease(10);
+    const d = await c;
     expect(d.directCapacity).toBe(BLOCK);
-    expect(d.bytes[0]).toBe(7); // the same slot again (not poisoned in this pool)
-    for (const l of [b, c, d]) l.release();
+    expect(d.bytes[0]).toBe(7); // the same buffer again (not poisoned in this pool)
+    for (const l of [b, d]) l.release();
     expect(pool.inUse).toBe(0);
     expect(pool.pooled).toBe(2);
+    expect(pool.residentBytes).toBe(2 * BLOCK);
     pool.close();
   });
+});
+
+describe('the memory budget', () => {
+  const budget = (limitBlocks: number, headroomBlocks = 0) =>
+    new MemoryBudget({ limitBytes: limitBlocks * BLOCK, demandHeadroomBytes: headroomBlocks * BLOCK, idleReclaimAfterMs: 20 });
+
+  it('grants waiting reads in the order they came, and refuses guesses while any waits', async () => {
+    const m = budget(2, 1);
+    const held = [m.tryReserve(BLOCK, 'demand')!, m.tryReserve(BLOCK, 'demand')!];
+    expect(m.tryReserve(BLOCK, 'readahead')).toBeNull();
+    const order: string[] = [];
+    const first = Promise.resolve(m.reserve(2 * BLOCK)).then((r) => (order.push('first (two blocks)'), r));
+    const second = Promise.resolve(m.reserve(BLOCK)).then((r) => (order.push('second'), r));
+    expect(m.waiting).toBe(2);
+    held[0]!.release();
+    await tick();
+    // One block free: the second would fit, but it does not pass the first.
+    expect(order).toEqual([]);
+    held[1]!.release();
+    (await first).release();
+    (await second).release();
+    expect(order).toEqual(['first (two blocks)', 'second']);
+    expect(m.inUse).toBe(0);
+    expect(m.peakInUse).toBe(2 * BLOCK);
+    // Readahead leaves demand its headroom: one block of two.
+    const r = m.tryReserve(BLOCK, 'readahead')!;
+    expect(m.tryReserve(BLOCK, 'prefetch')).toBeNull();
+    r.release();
+  });
+
+  it('asks holders for spare memory first, and for what idle readers hold only if a read still waits', async () => {
+    const m = budget(2);
+    const spare = m.tryReserve(BLOCK, 'demand')!;
+    const current = m.tryReserve(BLOCK, 'demand')!;
+    const asked: string[] = [];
+    let spareHeld = true;
+    m.addReclaimer((level, short) => {
+      asked.push(level);
+      if (spareHeld && short()) {
+        spareHeld = false;
+        spare.release();
+      } else if (level === 'idle' && short()) current.release();
+    });
+    const a = await m.reserve(BLOCK);
+    expect(asked).toEqual(['spare']);
+    const b = await m.reserve(BLOCK);
+    expect(asked).toEqual(['spare', 'spare', 'idle']);
+    a.release();
+    b.release();
+    m.close();
+  });
+});
+
+/**
+ * No read ever waits on a read that waits: many readers, each reading its file in requests that cross
+ * block boundaries, share a budget of two blocks (less than one reader's readahead window) and all finish.
+ * Without reclaiming, or with a waiting read holding the block it has while it waits for the next, they
+ * stop for good.
+ */
+describe('readers sharing a small memory budget', () => {
+  const content = Buffer.alloc(12 * BLOCK);
+  for (let i = 0; i < content.length; i += 4) content.writeUInt32LE(i, i);
+  const client: ObjectClient = {
+    bucket: 'b',
+    probeBucket: async () => undefined,
+    statObject: async () => null,
+    list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
+    readRange: async (_o, start, end, into) => {
+      await new Promise((r) => setTimeout(r, 1));
+      const out = into!.subarray(0, end - start);
+      content.copy(out, 0, start, end);
+      return out;
+    },
+  };
+  /** Readers of files with `content`, their blocks from a budget of `limitBlocks`. */
+  const setup = (limitBlocks: number) => {
+    const memory = new MemoryBudget({ limitBytes: limitBlocks * BLOCK, demandHeadroomBytes: BLOCK, idleReclaimAfterMs: 20 });
+    const pool = new BlockBuffers({ blockSize: BLOCK, budget: memory, poison: true, idleTrimMs: 60_000 });
+    const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 16, perFile: 16 }), buffers: pool, wholeObjectThreshold: 0, log: silentLogger, metrics: new Metrics() });
+    const reader = (name: string) => {
+      const meta: ObjectMeta = { name, size: content.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+      return new HandleReader(source, meta, { maxWindowBlocks: 8, budget: new ReadaheadBudget(64), memory });
+    };
+    const check = async (r: HandleReader, pos: number, length: number) => {
+      const into = Buffer.alloc(length);
+      const n = await r.read(pos, into);
+      expect(n).toBe(length);
+      expect(into.equals(content.subarray(pos, pos + n))).toBe(true);
+    };
+    return { memory, pool, reader, check };
+  };
+
+  it('all finish with the right bytes, within the budget', async () => {
+    const { memory, pool, reader, check } = setup(2);
+    const readAll = async (r: number) => {
+      const h = reader(`o${r}`);
+      // A third of a block at a time: every third request spans two blocks.
+      const step = Math.floor(BLOCK / 3) + 5;
+      for (let pos = 0; pos < content.length; pos += step) await check(h, pos, Math.min(step, content.length - pos));
+      h.close();
+    };
+    await Promise.all(Array.from({ length: 8 }, (_, r) => readAll(r)));
+    expect(memory.peakInUse).toBeLessThanOrEqual(2 * BLOCK);
+    await tick();
+    expect(memory.inUse).toBe(0);
+    pool.close();
+    memory.close();
+  }, 20_000);
+
+  it('a read across two blocks holds neither while it waits for memory', async () => {
+    const { memory, pool, reader, check } = setup(2);
+    const [a, b] = [reader('a'), reader('b')];
+    // Each holds its block 0: the budget is spent.
+    await Promise.all([check(a, 0, 4096), check(b, 0, 4096)]);
+    expect(memory.inUse).toBe(2 * BLOCK);
+    // Both read across blocks 0 and 1 at once: each needs another block, which only the other's block 0 can make room for.
+    const t0 = Date.now();
+    await Promise.all([check(a, BLOCK - 2048, 4096), check(b, BLOCK - 2048, 4096)]);
+    // Without waiting for either reader to count as idle.
+    expect(Date.now() - t0).toBeLessThan(500);
+    a.close();
+    b.close();
+    pool.close();
+    memory.close();
+  }, 5_000);
 });
 
 /** An object store whose range reads finish only when the test says so. */

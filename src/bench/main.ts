@@ -4,6 +4,7 @@ import { coldCpuScenario } from './cold-cpu.js';
 import { dataPathScenario } from './data-path.js';
 import { fuseCeilingScenario } from './fuse-ceiling.js';
 import { listingScenario } from './listing.js';
+import { memoryScenario } from './memory.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
 import { statScenario } from './stat.js';
@@ -22,6 +23,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   'fuse-ceiling': { title: 'The FUSE layer\'s ceiling: 1 GiB answered from memory through the addon, against dd from /dev/shm', run: fuseCeilingScenario },
   'cold-cpu': { title: 'Cold reads: daemon CPU per GiB, GCS through the mount into the block cache (and without one)', run: coldCpuScenario },
   listing: { title: '`ls -l` of 10,000 files in one folder: LOOKUPs against READDIRPLUS, no latency', run: listingScenario },
+  memory: { title: 'Many readers, one memory budget: 96 readers of 96 files against 16, cold and warm, with and without a cache dir', run: memoryScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 

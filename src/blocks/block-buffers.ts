@@ -1,4 +1,5 @@
 import { adviseHugePages, discardMemory } from '../block-memory.js';
+import { MemoryBudget, type MemoryUse, type Reservation } from '../memory/memory-budget.js';
 
 /**
  * A block's bytes, shared by every reader of the block and by its write to disk. Each holder takes its
@@ -16,10 +17,16 @@ export interface BlockData {
   release(): void;
 }
 
-/** Where a lease's bytes live: a slot of a slab, or (when the slabs are all lent out) a buffer of its own. */
-interface Slot {
-  slab: Slab | null;
+/**
+ * Memory of its own for one lease at a time: page-aligned (WebAssembly.Memory is the one Node allocation
+ * that is, which O_DIRECT needs), backed by RAM only once touched, in huge pages where the system allows
+ * (src/block-memory.ts). One per buffer rather than slabs of many: an idle one goes back to the system
+ * by itself, so memory follows use within seconds instead of waiting for a whole slab to empty.
+ */
+interface Chunk {
+  memory: ArrayBuffer | null;
   buffer: Buffer;
+  idleSince: number;
 }
 
 /** A buffer of the pool, lent out until its last holder releases it. */
@@ -28,18 +35,19 @@ class Lease implements BlockData {
 
   constructor(
     private readonly pool: BlockBuffers,
-    private readonly slot: Slot,
+    private readonly chunk: Chunk,
+    private readonly reservation: Reservation,
     private readonly length: number,
   ) {}
 
   get bytes(): Buffer {
     // Cheap enough to keep on: a read of released bytes would be a read of some other block's bytes.
     if (this.refs <= 0) throw new Error('block buffer used after release');
-    return this.slot.buffer.subarray(0, this.length);
+    return this.chunk.buffer.subarray(0, this.length);
   }
 
   get directCapacity(): number {
-    return this.slot.slab ? this.slot.buffer.length : 0;
+    return this.chunk.memory ? this.chunk.buffer.length : 0;
   }
 
   retain(): BlockData {
@@ -50,11 +58,11 @@ class Lease implements BlockData {
 
   release(): void {
     if (this.refs <= 0) throw new Error('block buffer released twice');
-    if (--this.refs === 0) this.pool.giveBack(this.slot);
+    if (--this.refs === 0) this.pool.giveBack(this.chunk, this.reservation);
   }
 }
 
-/** Bytes that belong to no pool (a whole small object, say): the garbage collector frees them. */
+/** Bytes that belong to no pool (a test's, say): the garbage collector frees them. */
 class Unpooled implements BlockData {
   constructor(readonly bytes: Buffer) {}
   readonly directCapacity = 0;
@@ -68,65 +76,84 @@ export function unpooled(bytes: Buffer): BlockData {
   return new Unpooled(bytes);
 }
 
+/** Bytes [start, end) of another block's bytes (one block of a whole object), holding one reference to it. */
+class Slice implements BlockData {
+  private released = false;
+
+  constructor(
+    private readonly parent: BlockData,
+    private readonly start: number,
+    private readonly end: number,
+  ) {}
+
+  get bytes(): Buffer {
+    if (this.released) throw new Error('block buffer used after release');
+    return this.parent.bytes.subarray(this.start, this.end);
+  }
+
+  readonly directCapacity = 0;
+
+  retain(): BlockData {
+    if (this.released) throw new Error('block buffer retained after release');
+    return new Slice(this.parent.retain(), this.start, this.end);
+  }
+
+  release(): void {
+    if (this.released) throw new Error('block buffer released twice');
+    this.released = true;
+    this.parent.release();
+  }
+}
+
+/** A view of bytes [start, end) of `parent` that takes over the caller's reference to `parent`. */
+export function slice(parent: BlockData, start: number, end: number): BlockData {
+  return new Slice(parent, start, end);
+}
+
 export interface BlockBuffersConfig {
   blockSize: number;
-  /** Memory the pool may hold in slabs, lent out or free; beyond it, leases get buffers of their own. */
-  maxBytes: number;
+  /** Where every buffer's memory is reserved: nothing is allocated past its limit. */
+  budget?: MemoryBudget;
+  /** Without `budget`: the limit of a budget of the pool's own (a tool's, a test's). */
+  maxBytes?: number;
   /**
    * Fill released buffers with a pattern: a holder that reads bytes after releasing them then returns
    * wrong bytes that the torture test's checksums catch (set by GCSMOUNT_POISON_RELEASED_BLOCKS=1).
    */
   poison: boolean;
-  /** A slab with nothing lent out for this long is dropped, its pages given back to the system at once. */
+  /** A free buffer unused for this long is given back to the system. */
   idleTrimMs: number;
+  /** Called once the last buffer has gone back, with none lent out: the mount's reads are over for now. */
+  onIdle?: () => void;
 }
 
 const POISON = 0xdb;
-/** Slabs are allocated this size (or one block, if larger): few allocations, and unused ones can go. */
-const SLAB_BYTES = 64 * 1024 * 1024;
+/** WebAssembly memory comes in pages of 64 KiB. */
+const WASM_PAGE = 65536;
 
 /**
- * Page-aligned memory cut into block-sized slots. WebAssembly.Memory is the one allocation Node offers
- * whose address is page-aligned, which O_DIRECT needs (a Buffer's is not); its pages are only backed by
- * RAM once touched, in huge pages where the system allows (src/block-memory.ts).
- */
-class Slab {
-  readonly free: Buffer[] = [];
-  readonly memory: ArrayBuffer;
-  lent = 0;
-  idleSince = 0;
-
-  constructor(blockSize: number, slots: number) {
-    const pages = (blockSize * slots) / 65536;
-    this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
-    // Before any page is touched: faults then fill 2 MiB at a time.
-    adviseHugePages(this.memory);
-    const all = Buffer.from(this.memory);
-    // Handed out from the front, so a lightly used slab touches few pages.
-    for (let i = slots - 1; i >= 0; i--) this.free.push(all.subarray(i * blockSize, (i + 1) * blockSize));
-  }
-}
-
-/**
- * Block-sized buffers, reused. A cold sequential read otherwise allocates a fresh 4 MiB buffer per block:
- * measured on the 2-core bench machine, page faults on the new memory and the garbage collections that
- * V8 runs for the external memory churn were the largest single share of the daemon's CPU time. Slots
- * are page-aligned, so the disk cache can write them with O_DIRECT.
+ * Buffers for block data, reserved from the mount's memory budget and reused. A cold sequential read
+ * otherwise allocates a fresh 4 MiB buffer per block: measured on the 2-core bench machine, page faults
+ * on the new memory and the garbage collections that V8 runs for the external memory churn were the
+ * largest single share of the daemon's CPU time. Block-sized buffers are kept for reuse while in use
+ * recently; resident memory (lent out and kept) never exceeds the budget's limit, so a new buffer first
+ * gives back kept ones when the two together would. Larger buffers (whole objects) are not kept.
  */
 export class BlockBuffers {
-  private readonly slabs: Slab[] = [];
-  private readonly slotsPerSlab: number;
-  private readonly maxSlabs: number;
+  private readonly free: Chunk[] = [];
   private leased = 0;
-  /** Set once the runtime refuses a slab: leases then get buffers of their own. */
-  private slabsRefused = false;
+  /** Set once the runtime refuses a WebAssembly.Memory: buffers are then plain ones (not aligned). */
+  private alignedRefused = false;
+  /** Buffers were lent since the pool was last found idle. */
+  private busy = false;
   private readonly trimTimer: NodeJS.Timeout;
+  private readonly cfg: BlockBuffersConfig & { budget: MemoryBudget };
 
-  constructor(private readonly cfg: BlockBuffersConfig) {
-    if (cfg.blockSize % 65536 !== 0) throw new Error('block size must be a multiple of 64 KiB');
-    this.slotsPerSlab = Math.max(1, Math.floor(Math.min(SLAB_BYTES, cfg.maxBytes) / cfg.blockSize));
-    this.maxSlabs = Math.max(1, Math.floor(cfg.maxBytes / (this.slotsPerSlab * cfg.blockSize)));
-    this.trimTimer = setInterval(() => this.trim(), cfg.idleTrimMs);
+  constructor(cfg: BlockBuffersConfig) {
+    if (cfg.blockSize % WASM_PAGE !== 0) throw new Error('block size must be a multiple of 64 KiB');
+    const budget = cfg.budget ?? new MemoryBudget({ limitBytes: cfg.maxBytes ?? cfg.blockSize, demandHeadroomBytes: 0, idleReclaimAfterMs: 250 });
+    this.cfg = { ...cfg, budget };
+    this.trimTimer = setInterval(() => this.trim(), Math.max(10, cfg.idleTrimMs / 2));
     this.trimTimer.unref();
   }
 
@@ -134,65 +161,109 @@ export class BlockBuffers {
     return this.cfg.blockSize;
   }
 
+  get budget(): MemoryBudget {
+    return this.cfg.budget;
+  }
+
   /** Buffers lent out now. */
   get inUse(): number {
     return this.leased;
   }
 
-  /** Slots free for reuse in the slabs held now. */
+  /** Free buffers kept for reuse (resident until trimmed). */
   get pooled(): number {
-    return this.slabs.reduce((n, s) => n + s.free.length, 0);
+    return this.free.length;
   }
 
-  /** A buffer for `length` bytes (at most a block), with one reference held by the caller. */
+  /** Bytes of buffers lent out or kept: what the block buffers hold of the process's memory. */
+  get residentBytes(): number {
+    return this.cfg.budget.inUse + this.free.length * this.cfg.blockSize;
+  }
+
+  /**
+   * A buffer for `length` bytes now, or null when the budget refuses (readahead and prefetch: the guess
+   * is skipped; demand: it would have to wait, see leaseWhenFree). The caller holds one reference.
+   */
+  tryLease(length: number, use: MemoryUse): BlockData | null {
+    const reservation = this.cfg.budget.tryReserve(this.capacityFor(length), use);
+    return reservation ? this.lend(length, reservation) : null;
+  }
+
+  /** A buffer that must be had now (a tool's or a test's few): throws when the budget is spent. */
   lease(length: number): BlockData {
-    if (length > this.cfg.blockSize) throw new Error(`lease of ${length} bytes exceeds the block size`);
-    const slot = this.slot();
-    this.leased++;
-    return new Lease(this, slot, length);
+    const lease = this.tryLease(length, 'demand');
+    if (!lease) throw new Error(`memory budget spent: no buffer for ${length} bytes`);
+    return lease;
   }
 
-  private slot(): Slot {
-    let slab = this.slabs.find((s) => s.free.length > 0);
-    if (!slab && !this.slabsRefused && this.slabs.length < this.maxSlabs) {
+  /** A buffer for a read that waits on it: at once if the budget allows, else in turn (FIFO). */
+  leaseWhenFree(length: number): BlockData | Promise<BlockData> {
+    const reservation = this.cfg.budget.reserve(this.capacityFor(length));
+    return reservation instanceof Promise ? reservation.then((r) => this.lend(length, r)) : this.lend(length, reservation);
+  }
+
+  private capacityFor(length: number): number {
+    return length <= this.cfg.blockSize ? this.cfg.blockSize : Math.ceil(length / WASM_PAGE) * WASM_PAGE;
+  }
+
+  private lend(length: number, reservation: Reservation): BlockData {
+    const chunk = reservation.bytes === this.cfg.blockSize && this.free.length > 0 ? this.free.pop()! : this.newChunk(reservation.bytes);
+    this.leased++;
+    this.busy = true;
+    return new Lease(this, chunk, reservation, length);
+  }
+
+  private newChunk(bytes: number): Chunk {
+    // Lent plus kept stays within the limit: kept buffers go first (the reservation is counted already).
+    while (this.free.length > 0 && this.residentBytes > this.cfg.budget.limit) this.discard(this.free.shift()!);
+    if (!this.alignedRefused) {
       try {
-        slab = new Slab(this.cfg.blockSize, this.slotsPerSlab);
-        this.slabs.push(slab);
+        const pages = bytes / WASM_PAGE;
+        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
+        // Before any page is touched: faults then fill 2 MiB at a time.
+        adviseHugePages(memory);
+        return { memory, buffer: Buffer.from(memory), idleSince: 0 };
       } catch {
         // Out of address space for another WebAssembly.Memory: plain buffers still work, only slower.
-        this.slabsRefused = true;
+        this.alignedRefused = true;
       }
     }
-    if (!slab) return { slab: null, buffer: Buffer.allocUnsafeSlow(this.cfg.blockSize) };
-    slab.lent++;
-    return { slab, buffer: slab.free.pop()! };
+    return { memory: null, buffer: Buffer.allocUnsafeSlow(bytes), idleSince: 0 };
   }
 
   /** Called by a lease whose last reference is gone. */
-  giveBack(slot: Slot): void {
+  giveBack(chunk: Chunk, reservation: Reservation): void {
     this.leased--;
-    if (this.cfg.poison) slot.buffer.fill(POISON);
-    const slab = slot.slab;
-    if (!slab) return;
-    slab.free.push(slot.buffer);
-    if (--slab.lent === 0) slab.idleSince = Date.now();
+    if (this.cfg.poison) chunk.buffer.fill(POISON);
+    if (chunk.buffer.length === this.cfg.blockSize) {
+      chunk.idleSince = Date.now();
+      this.free.push(chunk);
+    } else {
+      this.discard(chunk);
+    }
+    // Last: the release may hand memory straight to a waiting read, which may take this very buffer.
+    reservation.release();
   }
 
-  /** Slabs with nothing lent out for a while are dropped; the garbage collector returns their memory. */
+  /** Its pages go back to the system now, not whenever the garbage collector frees the memory. */
+  private discard(chunk: Chunk): void {
+    if (chunk.memory) discardMemory(chunk.memory);
+  }
+
+  /** Free buffers unused for a while are given back. The oldest are at the front (reuse takes the newest). */
   private trim(): void {
     const now = Date.now();
-    for (let i = this.slabs.length - 1; i >= 0; i--) {
-      const s = this.slabs[i]!;
-      if (s.lent === 0 && now - s.idleSince >= this.cfg.idleTrimMs) {
-        this.slabs.splice(i, 1);
-        // Nothing is lent out of it: its pages go back now, not whenever the garbage collector runs.
-        discardMemory(s.memory);
-      }
+    let n = 0;
+    while (n < this.free.length && now - this.free[n]!.idleSince >= this.cfg.idleTrimMs) n++;
+    for (const chunk of this.free.splice(0, n)) this.discard(chunk);
+    if (this.busy && this.leased === 0 && this.free.length === 0) {
+      this.busy = false;
+      this.cfg.onIdle?.();
     }
   }
 
   close(): void {
     clearInterval(this.trimTimer);
-    this.slabs.length = 0;
+    for (const chunk of this.free.splice(0)) this.discard(chunk);
   }
 }

@@ -3,13 +3,26 @@ import { GcsError } from '../gcs/errors.js';
 import type { ObjectClient, ObjectMeta, ReadPriority } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
-import { unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
+import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
 import type { BlockRow } from './block-index.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 
 /** A whole object that keeps failing its checksum is not going to get better by asking forever. */
 const CORRUPT_ATTEMPTS = 3;
+
+/**
+ * A guess (readahead, prefetch) skipped because the memory budget is short: not a failure of the block.
+ * A reader that joined the guess meanwhile loads the block again, as demand.
+ */
+export class MemoryShortError extends Error {
+  constructor() {
+    super('memory budget short: readahead or prefetch skipped');
+  }
+}
+
+/** How a load gets its memory: waiting in turn (a read, `gcsmount warm`), or only if there is room now. */
+export type MemoryWait = 'wait' | 'skip';
 
 export interface BlockSourceDeps {
   client: ObjectClient;
@@ -66,11 +79,27 @@ export class BlockSource {
     deps.metrics.setGauge('downloads_in_flight', () => deps.scheduler.inFlight);
     deps.metrics.setGauge('downloads_queued', () => deps.scheduler.queued);
     deps.metrics.setGauge('block_buffers_in_use', () => deps.buffers.inUse);
+    deps.metrics.setGauge('memory_block_buffers_resident_bytes', () => deps.buffers.residentBytes);
   }
 
-  /** Block `index` of the object; the caller owns one reference to it and releases it when done. */
-  get(meta: ObjectMeta, index: number, priority: Priority = 'demand'): Promise<BlockData> {
-    return this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, pending)).then((b) => b.retain());
+  /**
+   * Block `index` of the object; the caller owns one reference to it and releases it when done. Memory:
+   * demand waits for it; readahead and prefetch are refused (MemoryShortError) when the budget is short,
+   * unless `memory` says to wait (`gcsmount warm`, which must finish).
+   */
+  get(meta: ObjectMeta, index: number, priority: Priority = 'demand', memory: MemoryWait = priority === 'demand' ? 'wait' : 'skip'): Promise<BlockData> {
+    const got = this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, memory, pending)).then((b) => b.retain());
+    if (memory === 'skip') return got;
+    // Joined a guess that was then skipped for memory: load it again, this time waiting for memory.
+    return got.catch((err: unknown) => {
+      if (err instanceof MemoryShortError) return this.get(meta, index, priority, memory);
+      throw err;
+    });
+  }
+
+  /** Whether a guess of `bytes` would get memory now (a prefetch round asks before it starts a file). */
+  hasMemoryFor(bytes: number, use: 'readahead' | 'prefetch'): boolean {
+    return this.deps.buffers.budget.admits(bytes, use);
   }
 
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
@@ -118,7 +147,7 @@ export class BlockSource {
     return pending.promise;
   }
 
-  private async load(meta: ObjectMeta, index: number, priority: Priority, pending: Pending): Promise<BlockData> {
+  private async load(meta: ObjectMeta, index: number, priority: Priority, memory: MemoryWait, pending: Pending): Promise<BlockData> {
     const { disk, metrics } = this.deps;
     const id = blockId(meta, index);
     const beingWritten = this.writing.get(id);
@@ -134,7 +163,7 @@ export class BlockSource {
     if (disk) {
       // Only a block the index holds is worth a buffer.
       const row = disk.lookup(this.diskKey(meta, index));
-      const cached = row ? await this.fromDisk(disk, row, end - start) : null;
+      const cached = row ? await this.fromDisk(disk, row, end - start, priority, memory) : null;
       if (cached) {
         metrics.inc('block_cache_hits');
         metrics.inc('block_cache_hit_bytes', cached.bytes.length);
@@ -143,23 +172,35 @@ export class BlockSource {
       metrics.inc('block_cache_misses');
     }
     if (meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold) {
-      const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, p));
+      const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, memory, p));
       // The whole object's ticket is this block's too: a reader waiting on it can promote it.
       const shared = this.wholes.get(fileId(meta));
       pending.ticket = shared?.ticket ?? null;
       if (shared) pending.rate = shared.rate;
-      // Whole objects are not pooled (they are larger than a block): a view of one needs no reference.
-      return unpooled((await whole).bytes.subarray(start, end));
+      // A view that holds a reference of its own to the whole object's buffer: taken in the reaction to
+      // the load, before its own reference goes (a later macrotask; see shared()).
+      const data = await whole;
+      return slice(data.retain(), start, end);
     }
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate));
+    // Memory first, then a download slot: a read waiting for memory holds no slot others could use.
+    const lease = await this.leaseFor(end - start, priority, memory);
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate, lease));
     pending.ticket = ticket;
     const { block, crc32c } = await result;
     this.stored(meta, index, block, crc32c, priority === 'prefetch' ? pending.rate : null);
     return block;
   }
 
-  private async fromDisk(disk: DiskCache, row: BlockRow, length: number): Promise<BlockData | null> {
-    const lease = this.deps.buffers.lease(length);
+  /** A buffer from the memory budget: waiting in turn, or refused at once (MemoryShortError). */
+  private leaseFor(length: number, priority: Priority, memory: MemoryWait): BlockData | Promise<BlockData> {
+    if (memory === 'wait') return this.deps.buffers.leaseWhenFree(length);
+    const lease = this.deps.buffers.tryLease(length, priority === 'demand' ? 'demand' : priority);
+    if (lease) return lease;
+    throw new MemoryShortError();
+  }
+
+  private async fromDisk(disk: DiskCache, row: BlockRow, length: number, priority: Priority, memory: MemoryWait): Promise<BlockData | null> {
+    const lease = await this.leaseFor(length, priority, memory);
     let found = false;
     try {
       found = (await disk.readRow(row, lease.bytes)) !== null;
@@ -169,11 +210,16 @@ export class BlockSource {
     }
   }
 
-  private async loadWhole(meta: ObjectMeta, priority: Priority, pending: Pending): Promise<BlockData> {
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate));
+  private async loadWhole(meta: ObjectMeta, priority: Priority, memory: MemoryWait, pending: Pending): Promise<BlockData> {
+    const lease = await this.leaseFor(meta.size, priority, memory);
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate, lease));
     pending.ticket = ticket;
     const { block: data } = await result;
-    for (let i = 0; i * this.blockSize < meta.size; i++) this.stored(meta, i, unpooled(data.bytes.subarray(i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize))), null);
+    for (let i = 0; i * this.blockSize < meta.size; i++) {
+      const part = slice(data.retain(), i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize));
+      this.stored(meta, i, part, null);
+      part.release();
+    }
     return data;
   }
 
@@ -206,25 +252,24 @@ export class BlockSource {
   }
 
   /**
-   * A range of the object, into a pooled buffer when it fits one; a download of the whole object is
+   * A range of the object, into `lease` (whose reference becomes the result's); a download of the whole object is
    * checked against the object's CRC32C, which is returned then (the block cache's index keeps it, so
    * the bytes are not hashed twice: at 1-2 GB/s a hash pass is a good part of a cold read's CPU).
    */
-  private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority): Promise<{ block: BlockData; crc32c: number | null }> {
+  private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority, lease: BlockData): Promise<{ block: BlockData; crc32c: number | null }> {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
-    const lease = end - start <= this.blockSize ? this.deps.buffers.lease(end - start) : null;
     try {
       for (let attempt = 1; ; attempt++) {
-        const data = await this.deps.client.readRange(meta, start, end, lease?.bytes, priority);
-        if (!whole) return { block: lease ?? unpooled(data), crc32c: null };
+        const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority);
+        if (!whole) return { block: lease, crc32c: null };
         const expected = Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0);
-        if (crc32c(data) === expected) return { block: lease ?? unpooled(data), crc32c: expected };
+        if (crc32c(data) === expected) return { block: lease, crc32c: expected };
         this.deps.metrics.inc('object_crc_mismatches');
         this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');
         if (attempt >= CORRUPT_ATTEMPTS) throw new GcsError('CORRUPT', `${meta.name}#${meta.generation}: CRC32C mismatch after ${attempt} downloads`);
       }
     } catch (err) {
-      lease?.release();
+      lease.release();
       throw err;
     }
   }

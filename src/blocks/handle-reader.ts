@@ -1,4 +1,5 @@
 import type { ObjectMeta } from '../gcs/object-client.js';
+import type { MemoryBudget, ReclaimLevel } from '../memory/memory-budget.js';
 import type { BlockData } from './block-buffers.js';
 import type { BlockSource } from './block-source.js';
 import type { ReadaheadBudget } from './readahead-budget.js';
@@ -7,7 +8,12 @@ export interface HandleReaderConfig {
   /** The most blocks one file may have fetched ahead of its reader (gcsfuse's --sequential-read-size-mb). */
   maxWindowBlocks: number;
   budget: ReadaheadBudget;
+  /** The mount's memory budget: a handle gives back the blocks it holds when a read waits for memory. */
+  memory?: MemoryBudget;
 }
+
+/** A handle that has not been read for this long gives back even its current block when memory is short. */
+const IDLE_MS = 1000;
 
 /**
  * The kernel's readahead sends a sequential reader's 128 KiB requests several at a time and in no fixed
@@ -40,12 +46,21 @@ export class HandleReader {
   private frontier = 0;
   private window = 1;
   private closed = false;
+  private lastReadAt = Date.now();
+  /**
+   * The blocks of the read being set up, [first, last]: the memory its own blocks ask for may make the
+   * budget reclaim, which must not take the blocks this very read is about to copy from.
+   */
+  private pinned: [number, number] | null = null;
+  private readonly unregister: () => void;
 
   constructor(
     private readonly source: BlockSource,
     readonly meta: ObjectMeta,
     private readonly cfg: HandleReaderConfig,
-  ) {}
+  ) {
+    this.unregister = cfg.memory?.addReclaimer((level, short) => this.reclaim(level, short)) ?? (() => undefined);
+  }
 
   /**
    * Copies bytes [pos, pos + into.length) of the object, clamped to its size, into `into`; returns the
@@ -57,28 +72,40 @@ export class HandleReader {
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     const wanted = this.advance(pos, end);
-    const copy = (blocks: readonly BlockData[]): number => {
-      let copied = 0;
-      for (let i = 0; i < blocks.length; i++) {
-        const data = blocks[i]!.bytes;
-        const blockStart = (first + i) * bs;
-        const from = Math.max(pos, blockStart) - blockStart;
-        const to = Math.min(end, blockStart + data.length) - blockStart;
-        copied += data.copy(into, copied, from, to);
-      }
-      return copied;
+    try {
+      return this.copyOrWait(pos, end, first, wanted, into);
+    } finally {
+      this.pinned = null;
+    }
+  }
+
+  private copyOrWait(pos: number, end: number, first: number, wanted: HeldBlock[], into: Buffer): number | Promise<number> {
+    const bs = this.source.blockSize;
+    // Block `first + i`'s part of the read, copied to where it goes in `into`.
+    const copyPart = (i: number, data: BlockData): number => {
+      const blockStart = (first + i) * bs;
+      const from = Math.max(pos, blockStart) - blockStart;
+      const to = Math.min(end, blockStart + data.bytes.length) - blockStart;
+      return to > from ? data.bytes.copy(into, blockStart + from - pos, from, to) : 0;
     };
-    if (wanted.every((b) => b.value !== null)) return copy(wanted.map((b) => b.value!));
-    const refs = wanted.map((b, i) => this.ownRef(b, first + i));
-    return Promise.allSettled(refs).then((settled) => {
-      const got = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-      try {
-        const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-        if (failed) throw failed.reason;
-        return copy(got);
-      } finally {
-        for (const ref of got) ref.release();
-      }
+    if (wanted.every((b) => b.value !== null)) return wanted.reduce((n, b, i) => n + copyPart(i, b.value!), 0);
+    // The parts here now are copied now: a read that waits holds no block memory, so reads waiting for
+    // memory can never be what keeps each other waiting (each holding one block of a read across two).
+    const parts = wanted.map((b, i) => {
+      if (b.value) return Promise.resolve(copyPart(i, b.value));
+      return this.source.get(this.meta, first + i, 'demand').then((ref) => {
+        try {
+          return copyPart(i, ref);
+        } finally {
+          ref.release();
+        }
+      });
+    });
+    // Every part settles before the answer: none may still write into `into` once the caller has it.
+    return Promise.allSettled(parts).then((settled) => {
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      return settled.reduce((n, r) => n + (r as PromiseFulfilledResult<number>).value, 0);
     });
   }
 
@@ -95,6 +122,7 @@ export class HandleReader {
     const data = this.held.get(first)?.value;
     if (!data || Math.floor((end - 1) / bs) !== first) return null;
     this.advance(pos, end);
+    this.pinned = null;
     if (this.held.get(first)?.value !== data) return null;
     const from = pos - first * bs;
     if (from + (end - pos) > data.bytes.length) return null;
@@ -113,7 +141,14 @@ export class HandleReader {
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     if (Math.floor((end - 1) / bs) !== first) return null;
-    return this.ownRef(this.advance(pos, end)[0]!, first).then((block) => {
+    const held = this.advance(pos, end)[0]!;
+    let ref: Promise<BlockData>;
+    try {
+      ref = held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, first, 'demand');
+    } finally {
+      this.pinned = null;
+    }
+    return ref.then((block) => {
       const from = pos - first * bs;
       return { bytes: block.bytes.subarray(from, Math.min(block.bytes.length, from + (end - pos))), release: () => block.release() };
     });
@@ -140,20 +175,13 @@ export class HandleReader {
     this.frontier = Math.max(this.frontier, Math.min(end, this.meta.size));
   }
 
-  /**
-   * A reference of the caller's own to block `index`, which `held` holds or is loading: while a read
-   * waits, another read of the handle may drop the handle's blocks (a seek), so the wait takes its own
-   * reference from the source (the same load), and the bytes it uses stay the block's.
-   */
-  private ownRef(held: HeldBlock, index: number): Promise<BlockData> {
-    return held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, index, 'demand');
-  }
-
   /** Moves the sequential frontier and readahead window for a read of [pos, end); the blocks it needs. */
   private advance(pos: number, end: number): HeldBlock[] {
+    this.lastReadAt = Date.now();
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     const last = Math.floor((end - 1) / bs);
+    this.pinned = [first, last];
     // A read of a block this handle still holds is inside the stream however far behind it lands.
     const sequential = Math.abs(pos - this.frontier) <= SEQUENTIAL_SLACK || this.held.has(first);
     // The block the frontier was in before this read (-1 before the first).
@@ -169,6 +197,8 @@ export class HandleReader {
       const lastBlockOfObject = Math.floor((this.meta.size - 1) / bs);
       for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + this.window); b++) {
         if (this.held.has(b)) continue;
+        // Readahead is a guess: skipped when memory is short or a read waits for it.
+        if (this.cfg.memory && !this.cfg.memory.admits(bs, 'readahead')) break;
         if (!this.cfg.budget.tryTake()) break;
         this.hold(b, true);
       }
@@ -184,7 +214,29 @@ export class HandleReader {
   /** Gives back this file's share of the readahead budget; the handle is done. */
   close(): void {
     this.closed = true;
+    this.unregister();
     for (const index of [...this.held.keys()]) this.drop(index);
+  }
+
+  /**
+   * A read somewhere waits for memory: gives back blocks that have arrived and that no read of this
+   * handle is using, those behind the reader first (read already), then those ahead, furthest first; all but the block the reader is in
+   * ('spare'), and that one too once the handle has been idle a while ('idle'). Blocks still on their
+   * way are kept: their memory is taken already, and dropping them would only waste the download.
+   */
+  private reclaim(level: ReclaimLevel, short: () => boolean): void {
+    const current = Math.floor((this.frontier - 1) / this.source.blockSize);
+    const keepCurrent = level === 'spare' || Date.now() - this.lastReadAt < IDLE_MS;
+    const pinned = this.pinned ?? [0, -1];
+    const arrived = [...this.held]
+      .filter(([index, b]) => b.value !== null && !(keepCurrent && index === current) && !(index >= pinned[0] && index <= pinned[1]))
+      .map(([index]) => index);
+    // Behind the reader, then ahead of it; furthest from it first within each.
+    arrived.sort((a, b) => ((a > current) !== (b > current) ? (a > current ? 1 : -1) : Math.abs(b - current) - Math.abs(a - current)));
+    for (const index of arrived) {
+      if (!short()) return;
+      this.drop(index);
+    }
   }
 
   private hold(index: number, ahead: boolean): HeldBlock {

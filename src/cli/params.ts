@@ -7,7 +7,7 @@
 // `default` is the resolved value (what MountOptions.values holds): booleans, numbers (durations in
 // milliseconds, octal modes as numbers), strings, string arrays.
 
-import { availableParallelism } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
 
 export type ParamType = 'bool' | 'int' | 'float' | 'string' | 'duration' | 'octal' | 'string-list';
 
@@ -50,6 +50,13 @@ export interface Param {
 
 /** gcsfuse's DefaultMaxParallelDownloads(): max(16, 2 x CPUs). */
 const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(16, 2 * availableParallelism());
+
+/**
+ * One eighth of the machine's RAM, at least 256 MiB and at most 4 GiB: room for a hundred readers' blocks
+ * and the downloads in flight with the default block size, and a small share of a big machine, whose
+ * memory belongs to the pipeline reading through the mount.
+ */
+export const DEFAULT_MEMORY_LIMIT_MB = Math.min(4096, Math.max(256, Math.floor(totalmem() / 8 / 2 ** 20)));
 
 /** gcsfuse accepts TTLs up to MaxInt64 nanoseconds. */
 const MAX_TTL_SECS = 9_223_372_036;
@@ -413,10 +420,20 @@ export const PARAMS = [
     configKey: 'read.global-max-blocks',
     type: 'int',
     default: 40,
-    help: 'Blocks held in memory ahead of readers across all open files, which bounds the memory of readahead; -1 = unlimited, 0 = no readahead',
+    help: 'Blocks held in memory ahead of readers across all open files (within --memory-limit-mb, which bounds all block memory); -1 = unlimited, 0 = no readahead',
     group: 'Downloads',
     effect: 'effective',
     min: -1,
+  },
+  {
+    flag: 'memory-limit-mb',
+    configKey: 'gcsmount.memory-limit-mb',
+    type: 'int',
+    default: DEFAULT_MEMORY_LIMIT_MB,
+    help: 'gcsmount (gcsfuse has no such flag; its --read-global-max-blocks bounds buffered reads only): one memory budget for the whole mount, in MiB, that block buffers of reads, readahead and prefetch draw on; a read waits for memory rather than allocating past it, readahead and prefetch are skipped when it is short; default 1/8 of RAM within 256-4096',
+    group: 'Downloads',
+    effect: 'effective',
+    min: 8,
   },
   {
     flag: 'sequential-read-size-mb',

@@ -2,6 +2,8 @@ import { BlockBuffers } from '../blocks/block-buffers.js';
 import { BlockSource } from '../blocks/block-source.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
 import { ReadaheadBudget } from '../blocks/readahead-budget.js';
+import { mountMemoryBudget } from './memory-limit.js';
+import { releaseIdleMemory } from '../block-memory.js';
 import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
@@ -198,17 +200,18 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
   });
   const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
+  const memory = mountMemoryBudget(opts, blockSize, log, metrics);
   const buffers = new BlockBuffers({
     blockSize,
-    // Far more than a cold sequential read holds at once with the defaults (16 downloads and a 16-block
-    // window of 4 MiB); only touched pages cost memory, and idle slabs are dropped.
-    maxBytes: 512 * MIB,
+    budget: memory,
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
-    idleTrimMs: 30_000,
+    // Idle memory goes back to the system within seconds; a busy mount reuses its buffers long before.
+    idleTrimMs: 2000,
+    onIdle: releaseIdleMemory,
   });
   undo.push(() => buffers.close());
   // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
-  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics);
+  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics, memory);
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   // Reads of blocks already on disk are answered by native workers, without JavaScript.
@@ -220,6 +223,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     { ttl, negativeTtl, statBudget: getSizeLimit(opts, 'stat-cache-max-size-mb'), typeBudget: getSizeLimit(opts, 'type-cache-max-size-mb') },
     metrics,
   );
+  // Accounted, not limited: the stat budget bounds listings; they are shown beside the memory budget.
+  memory.account('listings', () => cache.usage().listingBytes);
   const listTtlMs = ttl.kind === 'ms' ? ttl.ms : ttl.kind === 'forever' ? 0 : 1;
   const names = new NameMapper(v['only-dir'] || null);
   const namespace = new Namespace({
@@ -267,7 +272,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       dirMode: v['dir-mode'],
       mountTimeMs: Date.now(),
     },
-    reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget },
+    reader: { maxWindowBlocks: Math.max(1, Math.floor((v['sequential-read-size-mb'] * MIB) / blockSize)), budget, memory },
     // As long as the kernel may hold a size: its attribute timeout.
     reportedSizes: { ...DEFAULT_REPORTED_SIZES, ttlMs: kernelSecs(ttl) * 1000 },
     timeouts: {
@@ -328,6 +333,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       disk?.close();
       prefetchStore.close();
       buffers.close();
+      memory.close();
       await client.close();
       rate?.close();
       log.info({ metrics: metrics.snapshot() }, 'final counters');

@@ -124,7 +124,8 @@ export async function warm(deps: WarmerDeps, path: string, progress: (p: WarmPro
         const key = { bucket: deps.client.bucket, object: t.meta.name, generation: t.meta.generation, block: t.index, blockSize: bs };
         if (t.meta.size === 0 || deps.disk.has(key)) p.bytesSkipped += Math.max(0, t.size);
         else {
-          (await deps.blocks.get(t.meta, t.index, 'readahead')).release();
+          // Readahead's place in the download queue, but a job that must finish: it waits for memory.
+          (await deps.blocks.get(t.meta, t.index, 'readahead', 'wait')).release();
           p.bytesDone += t.size;
         }
         if (t.last) p.filesDone++;

@@ -1,6 +1,7 @@
 import type { BlockData } from '../blocks/block-buffers.js';
 import { blockId, fileId, type PrefetchedBlocks } from '../blocks/block-source.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
+import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
 
 /** Files remembered as prefetched, for the used/wasted counts; the oldest are forgotten (as wasted). */
@@ -29,8 +30,13 @@ export class PrefetchStore implements PrefetchedBlocks {
     /** Bytes of blocks held in memory; 0 when a disk cache keeps them instead. */
     private readonly memoryBudget: number,
     private readonly metrics: Metrics,
+    /** The mount's memory budget: held blocks, the oldest first, are the first given back when a read waits for memory. */
+    memory?: MemoryBudget,
   ) {
     metrics.setGauge('prefetch_held_bytes', () => this.heldBytes);
+    memory?.addReclaimer((_level, short) => {
+      while (short() && this.held.size > 0) this.drop(this.held.keys().next().value!, true);
+    });
   }
 
   get holdsInMemory(): boolean {

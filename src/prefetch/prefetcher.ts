@@ -188,7 +188,8 @@ export class Prefetcher {
     for (let i = 0; i < blockCount; i++) if (!blocks.cached(meta, i)) missing.push(i);
     // Already in the disk cache: the open will find it there.
     if (missing.length === 0) return true;
-    if (!store.fits(bytes)) {
+    // The mount's memory budget first: a guess never makes a read wait for memory.
+    if (!store.fits(bytes) || !blocks.hasMemoryFor(missing.length * blocks.blockSize, 'prefetch')) {
       metrics.inc('prefetch_budget_stops');
       return false;
     }

@@ -133,7 +133,9 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     // Released block buffers are overwritten with a pattern: bytes used after their release read wrong.
     const env: NodeJS.ProcessEnv = { ...process.env, METADATA_SERVER_DETECTION: 'none', GCSMOUNT_POISON_RELEASED_BLOCKS: '1' };
     delete env.STORAGE_EMULATOR_HOST;
-    const args = [bucket, mnt, '--foreground', '--custom-endpoint', emulator.url, '--cache-dir', cacheDir, '--file-cache-max-size-mb', '24',
+    // A memory budget of 8 blocks for readers of up to 16 MiB each: reads wait for memory and take it
+    // back from each other all the time, under the same faults.
+    const args = [bucket, mnt, '--foreground', '--custom-endpoint', emulator.url, '--cache-dir', cacheDir, '--file-cache-max-size-mb', '24', '--memory-limit-mb', '32',
       '--metadata-cache-ttl-secs', '1', '--metadata-cache-negative-ttl-secs', '1', '--max-retry-sleep', '1s', '--log-file', logFile];
     daemon = spawn(GCSMOUNT, args, { env, stdio: 'ignore' });
     const deadline = Date.now() + 30_000;
