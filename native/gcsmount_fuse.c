@@ -218,7 +218,31 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   // 1 MiB, once read_ahead_kb lets the kernel ask for that much.
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+static int valid_utf8(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s++, n, min, cp;
+    if (c < 0x80) continue;
+    if ((c & 0xe0) == 0xc0) n = 1, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0) n = 2, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0) n = 3, min = 0x10000, cp = c & 0x07;
+    else return 0;
+    for (; n > 0; n--, s++) {
+      if ((*s & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (*s & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  }
+  return 1;
+}
+
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  // Object names are UTF-8: JavaScript would read other bytes with replacement characters, so "\xff" and
+  // "\xfe" would both name the object "\uFFFD". No object has such a name.
+  if (!valid_utf8((const unsigned char *)name)) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
   send(mount_of(req), OP_LOOKUP, req, parent, 0, 0, 0, name);
 }
 
