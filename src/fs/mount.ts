@@ -66,6 +66,14 @@ export async function prepareMountPoint(path: string): Promise<string> {
   return abs;
 }
 
+/**
+ * A value inside libfuse's `-o` list, which is split at commas and takes a backslash to escape the next
+ * character: unescaped, a bucket named `b,allow_other` would add a mount option.
+ */
+export function escapeOption(value: string): string {
+  return value.replace(/[\\,]/g, (c) => `\\${c}`);
+}
+
 export interface KernelOptions {
   /** Shown as the mount's source in `mount` and `df`. */
   fsName: string;
@@ -105,7 +113,7 @@ export class FuseMount {
   static mount(path: string, fuse: FuseAddon, onRequest: RequestListener, k: KernelOptions): FuseMount {
     // Entry, attribute and negative timeouts are per reply in the low-level API, not mount options. No
     // max_read: the kernel's requests are bounded by max_pages (1 MiB), which libfuse 3.14 negotiates.
-    const options = ['ro', `fsname=${k.fsName}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
+    const options = ['ro', `fsname=${escapeOption(k.fsName)}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
     if (k.allowOther) options.push('allow_other');
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
