@@ -196,6 +196,7 @@ export function createOperations(deps: OperationDeps): Operations {
   let nextDir = 1;
   const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
+  metrics.setGauge('open_dirs', () => dirs.size);
   metrics.setGauge('kernel_inodes', () => inodes.size - 1);
   const kernelCache = new KernelCache(fuse, inodes, handles, metrics);
   namespace.observe(kernelCache);
@@ -398,7 +399,8 @@ export function createOperations(deps: OperationDeps): Operations {
       if (node.listCachedAt !== null && now - node.listCachedAt < timeouts.listCacheMs) flags |= OPEN_FLAGS.KEEP_CACHE;
       else node.listCachedAt = now;
     }
-    a.open(fh, flags);
+    // An open the kernel did not take (its connection aborted meanwhile) gets no RELEASEDIR.
+    if (!a.open(fh, flags)) dirs.delete(fh);
   };
 
   const listingOf = (d: DirHandle, path: string): Promise<DirHandle['listing']> => {

@@ -80,6 +80,7 @@ export const GAUGES = {
   block_buffers_in_use: 'block-sized buffers lent out to downloads, readers and disk writes (memory in use for block data)',
   native_block_buffers: 'block-sized buffers the native read path holds (blocks read from disk and checked; freed after 30 s unused)',
   open_files: 'files open through the mount',
+  open_dirs: 'folders open through the mount (opendir without releasedir)',
   kernel_inodes: 'inodes the kernel holds a lookup of (lookups and readdirplus entries, until FORGET)',
   prefetch_held_bytes: 'prefetched bytes held in memory (no --cache-dir)',
   prefetch_in_flight: 'prefetched files downloading',
