@@ -704,7 +704,7 @@ export const PARAMS = [
     configKey: 'gcs-auth.key-file',
     type: 'string',
     default: '',
-    help: 'Service-account JSON key file; unset = application default credentials',
+    help: 'Service-account (or authorized-user) JSON key file, checked at start (unusable: exit 5); unset = application default credentials',
     group: 'Authentication',
     effect: 'effective',
     path: true,

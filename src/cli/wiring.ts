@@ -18,6 +18,7 @@ import { preparePrivateDir, PrivateDirError } from '../private-dir.js';
 import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
 import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
+import { checkKeyFile } from '../gcs/key-file.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
 import { requestRateForFlags } from '../gcs/request-rate.js';
@@ -58,6 +59,9 @@ function kernelSecs(ttl: Ttl): number {
 
 function credentialSource(opts: MountOptions, customEndpoint: boolean): CredentialSource {
   const v = opts.values;
+  // Checked even where it goes unused (a custom endpoint, --anonymous-access): a corrupt key given on
+  // purpose is a mistake to report, never a reason to carry on without credentials.
+  if (v['key-file']) checkKeyFile(v['key-file']);
   if (customEndpoint || v['anonymous-access']) return { kind: 'none' };
   if (v['key-file']) return { kind: 'key-file', path: v['key-file'] };
   return { kind: 'default' };
