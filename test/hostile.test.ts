@@ -170,7 +170,7 @@ describe('hostile names and bad input', () => {
     try {
       const mnt = await tempDir('mnt');
       const t0 = performance.now();
-      const r = await run(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', `http://127.0.0.1:${port}`, '--http-client-timeout', '1s'], { env: daemonEnv(), timeoutMs: 60_000 });
+      const r = await run(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', `http://127.0.0.1:${port}`, '--http-client-timeout', '1s', '--startup-check-timeout', '3s'], { env: daemonEnv(), timeoutMs: 60_000 });
       expect(r.code).toBe(4);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
       expect(r.stderr).toMatch(/^gcsmount: cannot reach bucket/);

@@ -632,6 +632,15 @@ export const PARAMS = [
     min: 1,
   },
   {
+    flag: 'startup-check-timeout',
+    configKey: 'gcsmount.startup-check-timeout',
+    type: 'duration',
+    default: 60_000,
+    help: 'How long the bucket check at start keeps retrying 429s, 5xx, resets and timeouts (with backoff) before the mount fails with exit 4, so a throttled bucket slows a start but does not fail it; a missing bucket (404) or refused credentials (401 after a fresh token, 403) fail at once; 0 = one attempt. gcsmount: 60s (gcsfuse has no such flag)',
+    group: 'GCS connection',
+    effect: 'effective',
+  },
+  {
     flag: 'max-retry-duration',
     configKey: 'gcsmount.max-retry-duration',
     type: 'duration',

@@ -41,6 +41,8 @@ const MIB = 1024 * 1024;
 const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** gcsfuse's -1 (unlimited) for --metadata-prefetch-max-workers: parts of one listing still need a bound. */
 const UNLIMITED_LIST_WORKERS = 64;
+/** The longest sleep between two tries of the start-up bucket check: a start should follow a recovery soon. */
+const STARTUP_CHECK_MAX_SLEEP_MS = 5_000;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
@@ -175,10 +177,15 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     metrics,
   };
 
-  // A missing bucket or an unreachable endpoint should fail the mount in seconds, not after a long backoff.
+  // A missing bucket or refused credentials fail the mount at once (not retryable); a throttled or
+  // briefly failing bucket is retried until --startup-check-timeout, so it slows a start but does not
+  // fail it (under systemd, a failed start is a restart loop that adds to the load).
+  const checkMs = v['startup-check-timeout'];
   const probe = new HttpObjectClient({
     ...clientConfig,
-    retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 },
+    retry: { ...clientConfig.retry, maxAttempts: checkMs > 0 ? Number.POSITIVE_INFINITY : 1, maxDelayMs: Math.min(clientConfig.retry.maxDelayMs, STARTUP_CHECK_MAX_SLEEP_MS) },
+    maxRetryDurationMs: checkMs,
+    retryBoundFlag: '--startup-check-timeout',
     concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
     metadata: null,
     rate: null,
