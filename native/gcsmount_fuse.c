@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -853,6 +854,25 @@ static napi_value native_maintain(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// raiseFileLimit(): lifts the soft RLIMIT_NOFILE to the hard one (every open block file, socket and
+// reader costs a descriptor; a daemon at its limit falls back to GCS for cached blocks). Returns the
+// limits now in force, [soft, hard], -1 for unlimited.
+static napi_value raise_file_limit(napi_env env, napi_callback_info info) {
+  (void)info;
+  struct rlimit lim = {0, 0};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != lim.rlim_max) {
+    struct rlimit want = {lim.rlim_max, lim.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) lim = want;
+  }
+  napi_value out, v;
+  napi_create_array_with_length(env, 2, &out);
+  napi_create_double(env, lim.rlim_cur == RLIM_INFINITY ? -1 : (double)lim.rlim_cur, &v);
+  napi_set_element(env, out, 0, v);
+  napi_create_double(env, lim.rlim_max == RLIM_INFINITY ? -1 : (double)lim.rlim_max, &v);
+  napi_set_element(env, out, 1, v);
+  return out;
+}
+
 // crc32c(buffer, crc = 0): the CRC32C the native path checks blocks with; JavaScript checks with it too (src/crc32c.ts).
 static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -1245,6 +1265,7 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("preloadBlock", preload_block);
   EXPORT("nativeMaintain", native_maintain);
   EXPORT("crc32c", crc32c_js);
+  EXPORT("raiseFileLimit", raise_file_limit);
   EXPORT("adviseHugePages", advise_huge_pages);
   EXPORT("discardMemory", discard_memory);
   return exports;

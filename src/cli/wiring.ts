@@ -120,6 +120,9 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     if (err instanceof FuseUnavailableError) throw new MountPointError(`cannot mount ${opts.mountPoint}: ${err.message}`);
     throw err;
   }
+  // Block files, sockets and native reads each hold a descriptor: take all the system allows.
+  const [softFiles, hardFiles] = fuse.raiseFileLimit();
+  log.info({ soft: softFiles, hard: hardFiles }, `open file limit (RLIMIT_NOFILE): ${softFiles < 0 ? 'unlimited' : softFiles}`);
   // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
   await ensureRuntimeDir();
   let endpoint;

@@ -311,7 +311,7 @@ export function createOperations(deps: OperationDeps): Operations {
 
   /** `fallback`: the native path gave this read back (a FALLBACK reason), `damagedKey` the block file it found bad. */
   const read = (a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void => {
-    if (damagedKey) deps.native?.damaged(damagedKey, fallback);
+    if (fallback) deps.native?.gaveBack(damagedKey, fallback);
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
     // Within one block that is here already: the kernel copies straight out of the block's memory.

@@ -50,6 +50,7 @@ export const COUNTERS = {
   block_cache_corrupt: 'cached blocks dropped for failing their CRC32C',
   block_cache_short: 'cached blocks dropped for being shorter than indexed',
   block_cache_missing: 'cached blocks dropped because their file was gone',
+  block_cache_unavailable: 'cached blocks whose file could not be read just now (no descriptor or memory to spare): read from GCS, kept',
   block_cache_write_errors: 'blocks that could not be written to the disk cache',
   log_lines_lost: 'log lines dropped because the log could not be written (its disk full) for longer than a 1 MiB backlog',
   object_crc_mismatches: 'whole-object downloads that failed the object CRC32C',
