@@ -104,6 +104,15 @@ export const PARAMS = [
     min: 1000,
   },
   {
+    flag: 'unmount-grace-period',
+    configKey: 'gcsmount.unmount-grace-period',
+    type: 'duration',
+    default: 30_000,
+    help: 'gcsmount: on SIGTERM or SIGINT while files are open in the mount, it is detached at once (new opens fail, as after umount -l) and the open files are still served for up to this long; the daemon then stops (their further reads fail). Keep it below the service manager\'s stop timeout (the unit: 60 s)',
+    group: 'Mounting',
+    effect: 'effective',
+  },
+  {
     flag: 'only-dir',
     configKey: 'only-dir',
     type: 'string',

@@ -334,7 +334,13 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     metrics,
     async stop() {
       prefetcher?.close();
-      await mount.unmount();
+      // Caches close only once the kernel has ended the session: a busy mount is detached and its open
+      // files served until they close (or the grace period runs out, after which requests answer EIO).
+      const graceMs = v['unmount-grace-period'];
+      const outcome = await mount.unmount(graceMs, () =>
+        log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
+      );
+      if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
       await control.close();
       await prometheus?.close();
       await disk?.drain();
