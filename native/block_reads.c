@@ -6,6 +6,8 @@
 //   the file after the check, so a file damaged, truncated or replaced later cannot leak into a reply.
 // - A block whose file is gone, short or fails its check is never served: the read goes back to
 //   JavaScript, which drops the row and fetches the block from GCS, as its own reads of the cache do.
+//   A file that cannot be read just now (no descriptor or memory to spare) sends the read to JavaScript
+//   too, but the block stays: nothing is known to be wrong with it.
 #define _GNU_SOURCE
 #include "block_reads.h"
 
@@ -213,6 +215,30 @@ static void put_locked(struct slot *s) {
   }
 }
 
+// Why open or pread failed, as a reason: only a file that is not there (or not ours: a symlink, a
+// folder) or a disk error says the block is damaged. Running out of descriptors or memory says nothing
+// about it, and dropping the block for it emptied the cache of a daemon at its fd limit.
+static int failure(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+    case ELOOP:
+    case EISDIR:
+    case EIO:
+      return BR_MISSING;
+    default:
+      return BR_UNAVAILABLE;
+  }
+}
+
+// open(2), again when a signal interrupts it.
+static int open_retrying(const char *path, int flags) {
+  int fd;
+  do fd = open(path, flags);
+  while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
 // Reads block file `key` whole into `buf` and checks it: BR_OK or why not.
 static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
   char path[sizeof eng.dir + 2 * BR_KEY_LEN];
@@ -220,14 +246,14 @@ static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
   int direct = atomic_load(&eng.direct);
   int fd = -1;
   if (direct) {
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+    fd = open_retrying(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
     if (fd < 0 && errno == EINVAL) {
       direct = 0; // the file system refuses O_DIRECT
       atomic_store(&eng.direct, 0);
     }
   }
-  if (fd < 0 && !direct) fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return BR_MISSING;
+  if (fd < 0 && !direct) fd = open_retrying(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return failure(errno);
   size_t want = direct ? (len + ALIGN - 1) / ALIGN * ALIGN : len;
   size_t got = 0;
   while (got < want) {
@@ -242,17 +268,18 @@ static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
     if (errno == EINTR) continue;
     if (direct && errno == EINVAL) {
       // This read refused O_DIRECT (an odd device block): the whole block again, through the page cache.
-      int fd2 = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       close(fd);
-      if (fd2 < 0) return BR_MISSING;
+      int fd2 = open_retrying(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd2 < 0) return failure(errno);
       fd = fd2;
       direct = 0;
       want = len;
       got = 0;
       continue;
     }
+    int err = errno;
     close(fd);
-    return BR_MISSING;
+    return failure(err);
   }
   close(fd);
   if (got < len) return BR_SHORT;
@@ -369,7 +396,7 @@ static void serve(struct job *j) {
   for (unsigned i = 0; reason == BR_OK && i < n; i++) {
     slots[i] = acquire(&regs[i], block_len(f, first + i), 1, 0, &reason);
     if (slots[i]) got++;
-    else if (reason != BR_BUSY) {
+    else if (reason != BR_BUSY && reason != BR_UNAVAILABLE) {
       bad = regs[i].key;
       bad_block = first + i;
     }

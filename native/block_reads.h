@@ -12,10 +12,12 @@
 // Why a read went back to JavaScript; keep in step with FALLBACK in src/fs/kernel.ts.
 enum br_reason {
   BR_OK = 0,
-  BR_MISSING = 1, // the block file cannot be opened or read
+  BR_MISSING = 1, // the block file is gone (ENOENT and the like) or the disk fails it (EIO)
   BR_SHORT = 2,   // it holds fewer bytes than the block
   BR_CORRUPT = 3, // its bytes fail the CRC32C the index holds
   BR_BUSY = 4,    // no block memory free (every slot in use): nothing wrong with the block
+  BR_UNAVAILABLE = 5, // the file could not be read just now (EMFILE, ENFILE, ENOMEM, EAGAIN, EACCES...):
+                      // nothing known to be wrong with the block, which stays
 };
 
 // BR_LOADS: block files read and checked; BR_HITS: of those, blocks a read was answered from (a block

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -219,7 +220,31 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn) {
   // 1 MiB, once read_ahead_kb lets the kernel ask for that much.
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+static int valid_utf8(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s++, n, min, cp;
+    if (c < 0x80) continue;
+    if ((c & 0xe0) == 0xc0) n = 1, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0) n = 2, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0) n = 3, min = 0x10000, cp = c & 0x07;
+    else return 0;
+    for (; n > 0; n--, s++) {
+      if ((*s & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (*s & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  }
+  return 1;
+}
+
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  // Object names are UTF-8: JavaScript would read other bytes with replacement characters, so "\xff" and
+  // "\xfe" would both name the object "\uFFFD". No object has such a name.
+  if (!valid_utf8((const unsigned char *)name)) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
   send(mount_of(req), OP_LOOKUP, req, parent, 0, 0, 0, name);
 }
 
@@ -830,6 +855,25 @@ static napi_value native_maintain(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// raiseFileLimit(): lifts the soft RLIMIT_NOFILE to the hard one (every open block file, socket and
+// reader costs a descriptor; a daemon at its limit falls back to GCS for cached blocks). Returns the
+// limits now in force, [soft, hard], -1 for unlimited.
+static napi_value raise_file_limit(napi_env env, napi_callback_info info) {
+  (void)info;
+  struct rlimit lim = {0, 0};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != lim.rlim_max) {
+    struct rlimit want = {lim.rlim_max, lim.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) lim = want;
+  }
+  napi_value out, v;
+  napi_create_array_with_length(env, 2, &out);
+  napi_create_double(env, lim.rlim_cur == RLIM_INFINITY ? -1 : (double)lim.rlim_cur, &v);
+  napi_set_element(env, out, 0, v);
+  napi_create_double(env, lim.rlim_max == RLIM_INFINITY ? -1 : (double)lim.rlim_max, &v);
+  napi_set_element(env, out, 1, v);
+  return out;
+}
+
 // crc32c(buffer, crc = 0): the CRC32C the native path checks blocks with; JavaScript checks with it too (src/crc32c.ts).
 static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   napi_value argv[2];
@@ -1232,6 +1276,7 @@ static napi_value init(napi_env env, napi_value exports) {
   EXPORT("preloadBlock", preload_block);
   EXPORT("nativeMaintain", native_maintain);
   EXPORT("crc32c", crc32c_js);
+  EXPORT("raiseFileLimit", raise_file_limit);
   EXPORT("adviseHugePages", advise_huge_pages);
   EXPORT("discardMemory", discard_memory);
   EXPORT("trimMalloc", trim_malloc);

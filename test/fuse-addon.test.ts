@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { FuseMount } from '../src/fs/mount.js';
 import { loadFuse, OP, type FuseRequest } from '../src/fs/kernel.js';
 import { cleanupAll, eventually, run, tempDir } from './helpers/harness.js';
 
@@ -66,5 +67,33 @@ describe('the FUSE addon', () => {
     // The kernel did not take it, and says so (the lookup must not be counted).
     expect(fuse.replyEntry(held[2]!, [5, 0o100644, 1, 0, 0, 1, 0], 1, 1)).not.toBe(0);
     expect(() => fuse.replyErr(held[2]!, 2)).toThrow(/answered twice/);
+  });
+
+  it('gives libfuse a mount name holding commas and backslashes as the name, never as mount options', async () => {
+    // A bucket name goes into fsname=; GCS refuses commas in one, but a custom endpoint need not.
+    const fuse = loadFuse();
+    const mnt = await tempDir('fsname');
+    const name = 'in\\j,allow_other,noexec';
+    const m = FuseMount.mount(
+      mnt,
+      fuse,
+      (op, req) => {
+        if (!req) return;
+        if (op === OP.GETATTR) return fuse.replyAttr(req, [1, 0o040755, 2, 0, 0, 4096, 0], 0);
+        fuse.replyErr(req, 38);
+      },
+      { fsName: name, allowOther: false, extra: [], maxBackground: 16 },
+    );
+    try {
+      const line = (await fsp.readFile('/proc/self/mountinfo', 'utf8')).split('\n').find((l) => l.split(' ')[4] === mnt)!;
+      const [own, shared] = line.split(' - ') as [string, string];
+      const [, source, superOptions] = shared.split(' ') as [string, string, string];
+      // mountinfo writes a backslash as \134.
+      expect(source.replace(/\\134/g, '\\')).toBe(name);
+      expect(own.split(' ')[5]!.split(',')).not.toContain('noexec');
+      expect(superOptions.split(',')).not.toContain('allow_other');
+    } finally {
+      await m.unmount();
+    }
   });
 });

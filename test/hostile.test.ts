@@ -7,6 +7,8 @@ import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { cleanupAll, daemonEnv, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
+const PY = '/usr/bin/python3';
+
 describe('hostile names and bad input', () => {
   let tb: TestBucket;
 
@@ -55,6 +57,25 @@ describe('hostile names and bad input', () => {
     const cached = (await run('find', [cacheDir, '-type', 'f'])).stdout.trim().split('\n');
     const allowed = new RegExp(`^/${CACHE_SUBDIR}/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9]+)$`);
     for (const f of cached) expect(f.slice(cacheDir.length)).toMatch(allowed);
+    await unmount(m.path);
+  });
+
+  it('answers ENOENT for a name that is not UTF-8, never another object', async () => {
+    // "\uFFFD" is what a lenient decoder makes of any invalid byte.
+    await upload(tb, 'utf/\uFFFD', 'replacement');
+    await upload(tb, 'utf/\u00e9t\u00e9', 'summer');
+    const m = await mount({ tb });
+    const dir = join(m.path, 'utf');
+    // Raw bytes in the path: python, since a command line from here is UTF-8.
+    const cat = (hex: string) =>
+      run(PY, ['-c', 'import sys,os\ntry:\n print(open(os.fsencode(sys.argv[1])+b"/"+bytes.fromhex(sys.argv[2]),"rb").read().decode())\nexcept OSError as e:\n print(e.errno)', dir, hex]);
+    expect((await cat('ff')).stdout.trim()).toBe('2');
+    expect((await cat('fe')).stdout.trim()).toBe('2');
+    expect((await cat('e9')).stdout.trim()).toBe('2'); // Latin-1 bytes of "\u00e9"
+    expect((await cat('c3a974a9')).stdout.trim()).toBe('2'); // "\u00e9t" then a stray continuation byte
+    expect((await cat('c080')).stdout.trim()).toBe('2'); // an overlong NUL
+    expect((await cat('efbfbd')).stdout.trim()).toBe('replacement');
+    expect((await cat('c3a974c3a9')).stdout.trim()).toBe('summer');
     await unmount(m.path);
   });
 
@@ -150,7 +171,7 @@ describe('hostile names and bad input', () => {
     try {
       const mnt = await tempDir('mnt');
       const t0 = performance.now();
-      const r = await run(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', `http://127.0.0.1:${port}`, '--http-client-timeout', '1s'], { env: daemonEnv(), timeoutMs: 60_000 });
+      const r = await run(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', `http://127.0.0.1:${port}`, '--http-client-timeout', '1s', '--startup-check-timeout', '3s'], { env: daemonEnv(), timeoutMs: 60_000 });
       expect(r.code).toBe(4);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
       expect(r.stderr).toMatch(/^gcsmount: cannot reach bucket/);

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blockFileKey, BLOCKS_DIR } from '../src/blocks/disk-cache.js';
 import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
 import { loadFuse } from '../src/fs/kernel.js';
-import { cleanupAll, finalCounters, mount, mountStats, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, eventually, finalCounters, GCSMOUNT, mount, mountStats, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
@@ -145,6 +145,54 @@ describe('native reads of cached blocks', () => {
     expect((await mountStats(again.path)).counters.block_cache_corrupt).toBe(1);
     await unmount(again.path);
   });
+
+  it('keeps every cached block when the daemon runs out of file descriptors, and reads them again after', async () => {
+    // 5 objects of 4 blocks: 20 blocks on disk, read by 6 processes at once.
+    const names = Array.from({ length: 5 }, (_, i) => `fds/f${i}.bin`);
+    const data = names.map((_, i) => bytes(4 * BLOCK, 70 + i));
+    await writeObjects(tb.root, tb.bucket, Object.fromEntries(names.map((n, i) => [n, data[i]!])));
+    const cacheDir = await tempDir('cache');
+    const first = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    for (const [i, n] of names.entries()) expect(await sha256Of(join(first.path, n))).toBe(sha256(data[i]!));
+    await unmount(first.path);
+    await finalCounters(first.logFile);
+
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
+    const info = JSON.parse((await run(GCSMOUNT, ['stats', m.path, '--json'])).stdout) as { pid: number };
+    expect((await mountStats(m.path)).gauges.block_cache_blocks).toBe(20);
+    const open = (await fsp.readdir(`/proc/${info.pid}/fd`)).length;
+    // The soft limit only (this container may not raise a hard one again): a descriptor or two to spare,
+    // which block files, sockets and the readers' opens compete for.
+    const hard = (await run('prlimit', [`--pid=${info.pid}`, '--nofile', '--raw', '--noheadings', '--output=HARD'])).stdout.trim();
+    expect((await run('prlimit', [`--pid=${info.pid}`, `--nofile=${open + 2}:`])).code).toBe(0);
+    tb.emulator.resetStats();
+    const sums = await Promise.all([...names, names[0]!].map((n) => sha256Of(join(m.path, n))));
+    expect(sums).toEqual([...data, data[0]!].map((d) => sha256(d)));
+    const media = tb.emulator.stats().requests.media;
+    // Room again before asking (the control socket needs a descriptor too).
+    expect((await run('prlimit', [`--pid=${info.pid}`, `--nofile=${hard}:`])).code).toBe(0);
+    const s = await mountStats(m.path);
+    // The pressure was real (cached blocks went to GCS), and took no block with it.
+    expect(s.counters.block_cache_unavailable).toBeGreaterThan(0);
+    expect(s.counters.block_cache_missing).toBe(0);
+    expect(s.counters.block_cache_short).toBe(0);
+    expect(s.counters.block_cache_corrupt).toBe(0);
+    expect(s.gauges.block_cache_blocks).toBe(20);
+    expect(media).toBeLessThanOrEqual(24);
+
+    // Every block is still on disk, read natively, GCS untouched (once downloads the readers started
+    // under pressure, readahead retrying a refused connect, have ended).
+    await eventually(async () => {
+      const g = (await mountStats(m.path)).gauges;
+      return (g.downloads_in_flight ?? 0) === 0 && (g.downloads_queued ?? 0) === 0;
+    });
+    tb.emulator.resetStats();
+    for (const [i, n] of names.entries()) expect(await sha256Of(join(m.path, n))).toBe(sha256(data[i]!));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    expect((await mountStats(m.path)).gauges.block_cache_blocks).toBe(20);
+    expect(await fsp.readFile(m.logFile, 'utf8')).not.toContain('not writable');
+    await unmount(m.path);
+  }, 120_000);
 
   it('checks blocks with the same CRC32C as the block index (hardware or not)', () => {
     const fuse = loadFuse();

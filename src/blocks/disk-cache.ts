@@ -11,6 +11,19 @@ import { reconcileBlocks } from './reconcile.js';
 import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
 import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
 
+/**
+ * Why reading a block file failed, as far as the block goes: only a file that is not there (or is not
+ * ours: a symlink, a folder) or a disk error is damage. EMFILE, ENFILE, ENOMEM, EAGAIN or EACCES say
+ * nothing about the block; dropping it for them emptied the cache of a daemon at its fd limit.
+ */
+const DAMAGE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ELOOP', 'EISDIR', 'EIO']);
+
+/** The process is out of descriptors or memory for a moment: not the cache dir's fault, not a state to enter. */
+const RESOURCE_CODES = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN', 'EINTR']);
+
+/** At most one log line per this long about blocks that could not be read or written for want of resources. */
+const RESOURCE_LOG_MS = 60_000;
+
 /** Which block of which generation of which object, cut at which block size. */
 export interface BlockKey {
   bucket: string;
@@ -63,8 +76,9 @@ type Room = 'now' | 'soon' | 'none';
 
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
- * missing, short or fails its CRC32C is dropped and reported as a miss (and counted); a write that fails
- * leaves the read to be served from GCS, with the condition logged once and shown in stats.
+ * missing, short or fails its CRC32C is dropped and reported as a miss (and counted), one that cannot be
+ * read just now (out of descriptors) is a miss and stays; a write that fails leaves the read to be served
+ * from GCS, with the condition logged once and shown in stats.
  */
 export class DiskCache {
   private readonly index: BlockIndex;
@@ -93,6 +107,7 @@ export class DiskCache {
   oldLayoutsRemoved: Promise<void> = Promise.resolve();
   private reconciled = true;
   private closed = false;
+  private resourceLoggedAt = Number.NEGATIVE_INFINITY;
   private directIo: boolean;
   /** Keys of blocks read elsewhere (the native read path), pulled before access times are written. */
   private accessSources: (() => readonly string[])[] = [];
@@ -273,7 +288,13 @@ export class DiskCache {
       try {
         got = await readFully(this.path(key), data);
       } catch (err) {
-        this.drop(row, 'block_cache_missing', `block file unreadable: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+        const code = (err as NodeJS.ErrnoException).code ?? String(err);
+        if (DAMAGE_CODES.has(code)) this.drop(row, 'block_cache_missing', `block file unreadable: ${code}`);
+        else {
+          // A miss for this read (GCS answers it); the block and its row stay.
+          this.metrics.inc('block_cache_unavailable');
+          this.resourceTrouble(code, 'a cached block could not be read just now: read from GCS, kept in the cache');
+        }
         return null;
       }
       if (got !== row.size) {
@@ -410,9 +431,22 @@ export class DiskCache {
     await writeFully(path, data);
   }
 
+  private resourceTrouble(code: string, what: string): void {
+    const now = Date.now();
+    if (now - this.resourceLoggedAt < RESOURCE_LOG_MS) return;
+    this.resourceLoggedAt = now;
+    this.log.warn({ dir: this.cfg.dir, code }, `${what} (${code}: the daemon is short of file descriptors or memory; logged once a minute)`);
+  }
+
   /** A write failed: writes pause (WriteHealth); after a full disk, a slice of the cache goes too. */
   private writeFailed(err: NodeJS.ErrnoException): void {
     this.metrics.inc('block_cache_write_errors');
+    if (err.code && RESOURCE_CODES.has(err.code)) {
+      // This write is lost, the cache dir is fine: no pause. If it was the retry, the next write is.
+      this.health.notTried();
+      this.resourceTrouble(err.code, 'a block could not be written to the cache just now');
+      return;
+    }
     this.health.failed(err);
     if (!isDiskFull(err)) return;
     try {

@@ -102,7 +102,12 @@ async function runForeground(opts: MountOptions): Promise<number> {
       );
     };
     onSignal = shutdown;
-    mount.watch(() => shutdown('mount removed from outside'));
+    // The kernel ends the session once nothing holds the mount: after a lazy unmount (umount -l), the
+    // files still open are served until they close, and the daemon stops only then.
+    mount.watch(
+      () => shutdown('mount removed from outside'),
+      () => log.info('mount detached (lazy unmount): serving the files still open until the last one closes'),
+    );
     if (pendingSignal) shutdown(pendingSignal);
   });
 }

@@ -21,6 +21,7 @@ import { prepareCacheHome } from '../blocks/cache-home.js';
 import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
 import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
 import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
+import { checkKeyFile } from '../gcs/key-file.js';
 import { resolveEndpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
 import { requestRateForFlags } from '../gcs/request-rate.js';
@@ -43,6 +44,8 @@ const MIB = 1024 * 1024;
 const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** gcsfuse's -1 (unlimited) for --metadata-prefetch-max-workers: parts of one listing still need a bound. */
 const UNLIMITED_LIST_WORKERS = 64;
+/** The longest sleep between two tries of the start-up bucket check: a start should follow a recovery soon. */
+const STARTUP_CHECK_MAX_SLEEP_MS = 5_000;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
@@ -61,6 +64,9 @@ function kernelSecs(ttl: Ttl): number {
 
 function credentialSource(opts: MountOptions, customEndpoint: boolean): CredentialSource {
   const v = opts.values;
+  // Checked even where it goes unused (a custom endpoint, --anonymous-access): a corrupt key given on
+  // purpose is a mistake to report, never a reason to carry on without credentials.
+  if (v['key-file']) checkKeyFile(v['key-file']);
   if (customEndpoint || v['anonymous-access']) return { kind: 'none' };
   if (v['key-file']) return { kind: 'key-file', path: v['key-file'] };
   return { kind: 'default' };
@@ -117,6 +123,9 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     if (err instanceof FuseUnavailableError) throw new MountPointError(`cannot mount ${opts.mountPoint}: ${err.message}`);
     throw err;
   }
+  // Block files, sockets and native reads each hold a descriptor: take all the system allows.
+  const [softFiles, hardFiles] = fuse.raiseFileLimit();
+  log.info({ soft: softFiles, hard: hardFiles }, `open file limit (RLIMIT_NOFILE): ${softFiles < 0 ? 'unlimited' : softFiles}`);
   // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
   await ensureRuntimeDir();
   let endpoint;
@@ -174,10 +183,15 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     metrics,
   };
 
-  // A missing bucket or an unreachable endpoint should fail the mount in seconds, not after a long backoff.
+  // A missing bucket or refused credentials fail the mount at once (not retryable); a throttled or
+  // briefly failing bucket is retried until --startup-check-timeout, so it slows a start but does not
+  // fail it (under systemd, a failed start is a restart loop that adds to the load).
+  const checkMs = v['startup-check-timeout'];
   const probe = new HttpObjectClient({
     ...clientConfig,
-    retry: { ...clientConfig.retry, maxAttempts: 3, maxDelayMs: 1000 },
+    retry: { ...clientConfig.retry, maxAttempts: checkMs > 0 ? Number.POSITIVE_INFINITY : 1, maxDelayMs: Math.min(clientConfig.retry.maxDelayMs, STARTUP_CHECK_MAX_SLEEP_MS) },
+    maxRetryDurationMs: checkMs,
+    retryBoundFlag: '--startup-check-timeout',
     concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
     metadata: null,
     rate: null,
@@ -326,7 +340,13 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     metrics,
     async stop() {
       prefetcher?.close();
-      await mount.unmount();
+      // Caches close only once the kernel has ended the session: a busy mount is detached and its open
+      // files served until they close (or the grace period runs out, after which requests answer EIO).
+      const graceMs = v['unmount-grace-period'];
+      const outcome = await mount.unmount(graceMs, () =>
+        log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
+      );
+      if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
       await control.close();
       await prometheus?.close();
       await disk?.drain();

@@ -38,9 +38,10 @@ export const OP = {
 /**
  * Why the native path gave a read back (the `reason` of an OP.READ); keep in step with enum br_reason in
  * native/block_reads.h. 0: a plain read. MISSING, SHORT and CORRUPT name a damaged block file (`name` is
- * its key); BUSY says nothing about the block (no block memory was free, or its registration was gone).
+ * its key); BUSY says nothing about the block (no block memory was free, or its registration was gone),
+ * nor does UNAVAILABLE (its file could not be read just now: no descriptor or memory to spare).
  */
-export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4 } as const;
+export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4, UNAVAILABLE: 5 } as const;
 
 /** Flags for replyOpen. */
 export const OPEN_FLAGS = { KEEP_CACHE: 1, CACHE_READDIR: 2, DIRECT_IO: 4 } as const;
@@ -131,6 +132,8 @@ export interface FuseAddon {
   nativeMaintain(idleSecs: number): string[];
   /** The native CRC32C (hardware where the CPU has it). */
   crc32c(data: Buffer, crc?: number): number;
+  /** Lifts the soft RLIMIT_NOFILE to the hard one; returns [soft, hard] in force after (-1: unlimited). */
+  raiseFileLimit(): [number, number];
 }
 
 /** The FUSE layer cannot run on this machine: what to install or fix, in one line. */

@@ -66,6 +66,14 @@ export async function prepareMountPoint(path: string): Promise<string> {
   return abs;
 }
 
+/**
+ * A value inside libfuse's `-o` list, which is split at commas and takes a backslash to escape the next
+ * character: unescaped, a bucket named `b,allow_other` would add a mount option.
+ */
+export function escapeOption(value: string): string {
+  return value.replace(/[\\,]/g, (c) => `\\${c}`);
+}
+
 export interface KernelOptions {
   /** Shown as the mount's source in `mount` and `df`. */
   fsName: string;
@@ -76,14 +84,37 @@ export interface KernelOptions {
   maxBackground: number;
 }
 
-/** How long an unmount waits for the receive thread to see the mount go. */
-const EXIT_WAIT_MS = 5_000;
+/** What an unmount did: unmounted, or detached while busy and then ended within the grace or not. */
+export type UnmountOutcome = 'ended' | 'detached-ended' | 'detached-timed-out';
 
-/** A live FUSE mount of our operations. */
+/** How long an unmount waits for the session to end, unless told otherwise. */
+const DEFAULT_GRACE_MS = 5_000;
+
+/** EIO, for requests that arrive once the daemon has stopped serving (after the grace period). */
+const EIO = 5;
+
+function within(p: Promise<void>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => resolve(false), ms);
+    void p.then(() => {
+      clearTimeout(t);
+      resolve(true);
+    });
+  });
+}
+
+/**
+ * A live FUSE mount of our operations. It lives as long as the kernel's session, not as long as the
+ * mount table entry: a lazy unmount (`umount -l`, or ours when busy) takes the mount out of the table at
+ * once, but processes with files open there keep reading, and the kernel ends the session (the receive
+ * loop returns) only when the last of them lets go.
+ */
 export class FuseMount {
   private watcher: NodeJS.Timeout | null = null;
-  private unmounting: Promise<void> | null = null;
+  private unmounting: Promise<UnmountOutcome> | null = null;
   private onGone: (() => void) | null = null;
+  /** The session has ended. */
+  private over = false;
 
   private constructor(
     readonly path: string,
@@ -91,8 +122,11 @@ export class FuseMount {
     readonly ended: Promise<void>,
     /** The addon's session: for notifications to the kernel (invalidations). */
     readonly session: SessionHandle,
+    /** Set once the daemon stops serving: every request still arriving is answered EIO, not handled. */
+    private readonly gate: { closed: boolean },
   ) {
     void ended.then(() => {
+      this.over = true;
       if (!this.unmounting && this.onGone) {
         const gone = this.onGone;
         this.onGone = null;
@@ -105,13 +139,16 @@ export class FuseMount {
   static mount(path: string, fuse: FuseAddon, onRequest: RequestListener, k: KernelOptions): FuseMount {
     // Entry, attribute and negative timeouts are per reply in the low-level API, not mount options. No
     // max_read: the kernel's requests are bounded by max_pages (1 MiB), which libfuse 3.14 negotiates.
-    const options = ['ro', `fsname=${k.fsName}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
+    const options = ['ro', `fsname=${escapeOption(k.fsName)}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
     if (k.allowOther) options.push('allow_other');
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
+    const gate = { closed: false };
     const listener: RequestListener = (op, req, ino, a, b, c, name, reason) => {
       if (op === OP.EXITED) exited();
-      else onRequest(op, req, ino, a, b, c, name, reason);
+      else if (gate.closed) {
+        if (req) fuse.replyErr(req, EIO);
+      } else onRequest(op, req, ino, a, b, c, name, reason);
     };
     let session: SessionHandle;
     try {
@@ -123,39 +160,50 @@ export class FuseMount {
     } catch (err) {
       throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);
     }
-    return new FuseMount(path, ended, session);
+    return new FuseMount(path, ended, session, gate);
   }
 
-  /** Calls `onGone` once if the mount disappears under us (fusermount -u, umount, or an abort). */
-  watch(onGone: () => void, intervalMs = 1000): void {
+  /**
+   * Calls `onGone` once when the kernel ends the session (an unmount from anywhere, once nothing holds
+   * the mount any more, or an abort), and `onDetached` once if the mount leaves the mount table while
+   * the session goes on (a lazy unmount with files still open: they are served until closed).
+   */
+  watch(onGone: () => void, onDetached: () => void = () => undefined, intervalMs = 1000): void {
     this.onGone = onGone;
     this.watcher = setInterval(() => {
       if (this.unmounting) return;
       mountedPaths().then((paths) => {
         if (!paths.has(this.path) && !this.unmounting && this.onGone) {
           this.stopWatching();
-          const gone = this.onGone;
-          this.onGone = null;
-          gone();
+          onDetached();
         }
       }, () => undefined);
     }, intervalMs);
     this.watcher.unref();
   }
 
-  unmount(): Promise<void> {
+  /**
+   * Unmounts, and resolves once the kernel has ended the session, so that nothing the handlers use is
+   * closed while it still sends requests. Busy (files open, a cwd inside): detached lazily, and the open
+   * files are served for up to `graceMs`; past that, requests are answered EIO from here on and the
+   * caller may close up (the process's exit then ends the session).
+   */
+  unmount(graceMs = DEFAULT_GRACE_MS, onBusy: () => void = () => undefined): Promise<UnmountOutcome> {
     this.stopWatching();
-    this.unmounting ??= (async () => {
-      if ((await mountedPaths()).has(this.path)) {
+    this.unmounting ??= (async (): Promise<UnmountOutcome> => {
+      let detached = !(await mountedPaths()).has(this.path);
+      if (!detached) {
         try {
           await run('fusermount3', ['-u', this.path]);
         } catch {
-          // Busy (a process has a file open or its cwd inside): detach now, the kernel ends it when let go.
           await lazyUnmount(this.path).catch(() => undefined);
-          return;
+          detached = true;
         }
       }
-      await Promise.race([this.ended, new Promise((r) => setTimeout(r, EXIT_WAIT_MS).unref())]);
+      if (detached && !this.over) onBusy();
+      if (await within(this.ended, graceMs)) return detached ? 'detached-ended' : 'ended';
+      this.gate.closed = true;
+      return 'detached-timed-out';
     })();
     return this.unmounting;
   }

@@ -35,6 +35,7 @@ export class NativeReads {
     private readonly fuse: FuseAddon,
     private readonly blocks: BlockSource,
     private readonly disk: DiskCache,
+    private readonly metrics: Metrics,
   ) {}
 
   /** Starts the native workers over the disk cache's block folder; null (said once) if they cannot run. */
@@ -68,7 +69,7 @@ export class NativeReads {
     blocks.preloadAhead = (row) => {
       if (fuse.preloadBlock(row.key, row.crc32c, row.size)) metrics.inc('native_preloads');
     };
-    return new NativeReads(fuse, blocks, disk);
+    return new NativeReads(fuse, blocks, disk, metrics);
   }
 
   /** Registers the blocks from `first` on that are on disk (a window of them); returns how many. */
@@ -99,9 +100,13 @@ export class NativeReads {
     return this.fuse.readNative(req, ino, file, pos, size) ? Math.min(meta.size, (first + n) * bs) : 0;
   }
 
-  /** The native side found block file `key` damaged (a FALLBACK reason): it goes, and is fetched again. */
-  damaged(key: string, reason: number): void {
+  /**
+   * The native side gave a read back for `reason` (a FALLBACK code), `key` the block file it found
+   * damaged, if any: that one goes, and is fetched again. A file it could not read just now stays.
+   */
+  gaveBack(key: string | undefined, reason: number): void {
+    if (reason === FALLBACK.UNAVAILABLE) this.metrics.inc('block_cache_unavailable');
     const d = DAMAGE[reason];
-    if (d) void this.disk.dropDamaged(key, d.counter, d.why);
+    if (d && key) void this.disk.dropDamaged(key, d.counter, d.why);
   }
 }

@@ -196,6 +196,7 @@ export function createOperations(deps: OperationDeps): Operations {
   let nextDir = 1;
   const pool: Buffer[] = [];
   metrics.setGauge('open_files', () => handles.size);
+  metrics.setGauge('open_dirs', () => dirs.size);
   metrics.setGauge('kernel_inodes', () => inodes.size - 1);
   const kernelCache = new KernelCache(fuse, inodes, handles, metrics);
   namespace.observe(kernelCache);
@@ -310,7 +311,7 @@ export function createOperations(deps: OperationDeps): Operations {
 
   /** `fallback`: the native path gave this read back (a FALLBACK reason), `damagedKey` the block file it found bad. */
   const read = (a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void => {
-    if (damagedKey) deps.native?.damaged(damagedKey, fallback);
+    if (fallback) deps.native?.gaveBack(damagedKey, fallback);
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
     // Within one block that is here already: the kernel copies straight out of the block's memory.
@@ -398,7 +399,8 @@ export function createOperations(deps: OperationDeps): Operations {
       if (node.listCachedAt !== null && now - node.listCachedAt < timeouts.listCacheMs) flags |= OPEN_FLAGS.KEEP_CACHE;
       else node.listCachedAt = now;
     }
-    a.open(fh, flags);
+    // An open the kernel did not take (its connection aborted meanwhile) gets no RELEASEDIR.
+    if (!a.open(fh, flags)) dirs.delete(fh);
   };
 
   const listingOf = (d: DirHandle, path: string): Promise<DirHandle['listing']> => {

@@ -32,6 +32,8 @@ export interface HttpClientConfig {
   stall?: StallTimeout | null;
   /** The longest one read or lookup keeps retrying before it fails (gcsfuse's --max-retry-duration); 0 = no bound. */
   maxRetryDurationMs?: number;
+  /** The flag that sets maxRetryDurationMs, named when a request gives up on it. */
+  retryBoundFlag?: string;
   /**
    * Lookups and listings get sockets and an in-flight limit of their own, so they never queue behind
    * range GETs that fill --max-conns-per-host (a lookup behind four 4 MiB readahead downloads waited for
@@ -464,6 +466,7 @@ export class HttpObjectClient implements ObjectClient {
     const { metrics, log, retry, rate } = this.cfg;
     const concurrency = kind !== 'media' && this.cfg.metadata ? this.cfg.metadata.concurrency : this.cfg.concurrency;
     const bound = this.cfg.maxRetryDurationMs ?? 0;
+    const boundFlag = this.cfg.retryBoundFlag ?? '--max-retry-duration';
     let deadlineAt = Number.POSITIVE_INFINITY;
     let lastStatus: number | null = null;
     let stalls = 0;
@@ -527,9 +530,9 @@ export class HttpObjectClient implements ObjectClient {
           metrics.inc('gcs_retry_deadline_exceeded');
           log.error(
             { kind, what, attempts: attempt, lastStatus, maxRetryDurationMs: bound, error: err.message },
-            `GCS request gave up after --max-retry-duration (${bound} ms), last status ${lastStatus ?? 'none (no answer)'}`,
+            `GCS request gave up after ${boundFlag} (${bound} ms), last status ${lastStatus ?? 'none (no answer)'}`,
           );
-          throw new GcsError(err.code, `${what}: gave up after --max-retry-duration ${bound} ms (${attempt} attempts, last status ${lastStatus ?? 'none'}): ${err.message}`, err.status, err.retryAfterSeconds);
+          throw new GcsError(err.code, `${what}: gave up after ${boundFlag} ${bound} ms (${attempt} attempts, last status ${lastStatus ?? 'none'}): ${err.message}`, err.status, err.retryAfterSeconds);
         }
         if (delay === 'give-up') {
           // A 404 on a stat is an answer, not a failure: the caller decides.
