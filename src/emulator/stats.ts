@@ -1,7 +1,7 @@
 // Request log and counters, so tests and benchmarks can see exactly what a client asked for.
 import type { InjectedFault } from './faults.js';
 
-export type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | 'upload' | 'delete' | 'other';
+export type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | 'upload' | 'delete' | 'patch' | 'copy' | 'compose' | 'move' | 'other';
 
 export interface RequestLogEntry {
   /** Order of arrival. */
@@ -10,7 +10,10 @@ export interface RequestLogEntry {
   method: string;
   bucket: string | null;
   object: string | null;
-  /** The byte range a media request asked for (resolved against the size), inclusive; null if none. */
+  /**
+   * The byte range a media request asked for (resolved against the size), or an upload chunk sent (as
+   * its Content-Range said), inclusive; null if none.
+   */
   range: { start: number; end: number } | null;
   /** 0 if the connection ended before a status was sent. */
   status: number;
@@ -33,7 +36,7 @@ export interface EmulatorStats {
 }
 
 const MAX_LOG = 100_000;
-const KINDS: RequestKind[] = ['bucket', 'list', 'metadata', 'media', 'upload', 'delete', 'other'];
+const KINDS: RequestKind[] = ['bucket', 'list', 'metadata', 'media', 'upload', 'delete', 'patch', 'copy', 'compose', 'move', 'other'];
 
 export class Stats {
   private readonly t0 = performance.now();
