@@ -15,6 +15,8 @@ export interface RequestLogEntry {
    * its Content-Range said), inclusive; null if none.
    */
   range: { start: number; end: number } | null;
+  /** For a request to a resumable session: bytes the session held when it was answered (or cut). */
+  committed: number | null;
   /** 0 if the connection ended before a status was sent. */
   status: number;
   injected: InjectedFault | null;
@@ -56,6 +58,7 @@ export class Stats {
       bucket,
       object,
       range: null,
+      committed: null,
       status: 0,
       injected: null,
       startMs: this.now(),

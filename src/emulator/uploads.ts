@@ -174,6 +174,7 @@ export class Uploads {
     if (total !== null && s.received > total) throw new HttpError(400, `Received ${s.received} bytes but the total is ${total}.`);
     const last = total !== null ? s.received === total : cr.start !== null && cr.end === null;
     if (!last) await this.persistGranules(s);
+    ctx.entry.committed = s.received;
     if (!last) {
       const headers = s.received > 0 ? { Range: `bytes=0-${s.received - 1}` } : {};
       await ctx.send(308, Buffer.alloc(0), headers);
@@ -207,6 +208,7 @@ export class Uploads {
       if (!(e instanceof InjectedReset)) throw e;
       ctx.entry.injected = 'reset';
       await this.persistGranules(s);
+      ctx.entry.committed = s.received;
       ctx.finish();
       const socket = ctx.req.socket as typeof ctx.req.socket & { resetAndDestroy?: () => void };
       if (socket.resetAndDestroy) socket.resetAndDestroy();
