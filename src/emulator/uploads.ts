@@ -164,9 +164,16 @@ export class Uploads {
       if (cr.start > s.received) {
         throw new HttpError(400, `Content-Range starts at ${cr.start} but only ${s.received} bytes were persisted.`);
       }
-      // The range the client sent, as it said it: the request log shows what crossed the wire twice.
-      if (cr.end !== null) ctx.entry.range = { start: cr.start, end: cr.end };
-      if (!(await this.receiveChunk(ctx, s, cr))) return;
+      // The range the client sent, as it said it or, open-ended, as many bytes as came.
+      let sent = 0;
+      ctx.req.on('data', (c: Buffer) => (sent += c.length));
+      const noteRange = (): void => {
+        const end = cr.end ?? (sent > 0 ? cr.start! + sent - 1 : null);
+        if (end !== null) ctx.entry.range = { start: cr.start!, end };
+      };
+      const whole = await this.receiveChunk(ctx, s, cr, noteRange);
+      noteRange();
+      if (!whole) return;
     } else {
       ctx.req.resume();
     }
@@ -195,7 +202,7 @@ export class Uploads {
    * fault rolled, the connection is reset part-way and what arrived is kept up to a 256 KiB boundary;
    * returns false then (the request is over).
    */
-  private async receiveChunk(ctx: RequestContext, s: Session, cr: ContentRange): Promise<boolean> {
+  private async receiveChunk(ctx: RequestContext, s: Session, cr: ContentRange, beforeCut: () => void): Promise<boolean> {
     const declared = Number(ctx.req.headers['content-length'] ?? NaN);
     const cutAt = Number.isFinite(declared) ? ctx.shared.faults.rollUploadReset(declared) : null;
     const out = createWriteStream(s.tmp, { flags: 'a' });
@@ -209,10 +216,13 @@ export class Uploads {
       ctx.entry.injected = 'reset';
       await this.persistGranules(s);
       ctx.entry.committed = s.received;
+      beforeCut();
       ctx.finish();
-      const socket = ctx.req.socket as typeof ctx.req.socket & { resetAndDestroy?: () => void };
-      if (socket.resetAndDestroy) socket.resetAndDestroy();
-      else socket.destroy();
+      // The socket may already be detached from the request once the pipeline tore it down.
+      const socket = (ctx.res.socket ?? ctx.req.socket) as (typeof ctx.req.socket & { resetAndDestroy?: () => void }) | null;
+      if (socket?.resetAndDestroy) socket.resetAndDestroy();
+      else if (socket) socket.destroy();
+      else ctx.res.destroy();
       return false;
     } finally {
       s.received = (await fsp.stat(s.tmp)).size;

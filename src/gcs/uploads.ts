@@ -2,7 +2,7 @@
 // Content-Range, 308 + Range for what is committed, a status query after a failure so a chunk is
 // resumed where GCS stands (never from zero), and a finalize whose CRC32C and precondition are checked.
 import type { Dispatcher } from 'undici';
-import { GcsError, UploadOffsetError, UploadSessionExpiredError, isGcsError } from './errors.js';
+import { GcsError, UploadOffsetError, UploadSessionExpiredError } from './errors.js';
 import { UPLOAD_CHUNK_UNIT, type FinalChunk, type NewObjectAttrs, type Preconditions, type ReadPriority, type UploadProgress, type UploadSession } from './object-client.js';
 import { errorFromResponse } from './responses.js';
 import { WRITTEN_FIELDS, notePrecondition, toWritten, type RawWritten, type Transport } from './transport.js';
@@ -81,7 +81,9 @@ export class ResumableUploads {
           try {
             return { ...(await this.send(session, headers, bytes.subarray(committed - offset), committed, end, final, what)), queried: false };
           } catch (err) {
-            if (isGcsError(err, 'TRANSIENT')) unsure = true;
+            // A transport error (reset, timeout) is still raw here: anything but a definite answer
+            // leaves us unsure how much GCS kept.
+            if (!(err instanceof GcsError) || err.code === 'TRANSIENT') unsure = true;
             throw err;
           }
         });
