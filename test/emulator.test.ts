@@ -49,6 +49,9 @@ const DEFAULT_KNOBS: Partial<EmulatorKnobs> = {
   failMedia: null,
   denyBucketGet: false,
   rejectTokens: [],
+  uploadResetRate: 0,
+  uploadSessionTtlMs: 0,
+  rewriteBytesPerCall: 0,
 };
 
 let root: string;
@@ -617,6 +620,81 @@ describe('knobs', () => {
   });
 });
 
+describe('writes through @google-cloud/storage', () => {
+  it('resumes a resumable upload where the session stands (the client asks, then sends only the rest)', async () => {
+    const data = randomBytes(1024 * 1024 + 100);
+    const file = bucket.file('w/resumed.bin');
+    const [uri] = await file.createResumableUpload({ preconditionOpts: { ifGenerationMatch: 0 } });
+    // Half the upload, sent by someone else before the client picks the session up.
+    const first = await fetch(uri, { method: 'PUT', headers: { 'Content-Range': `bytes 0-${512 * 1024 - 1}/*` }, body: new Uint8Array(data.subarray(0, 512 * 1024)) });
+    expect(first.status).toBe(308);
+    expect(first.headers.get('range')).toBe(`bytes=0-${512 * 1024 - 1}`);
+    emu.resetStats();
+    await file.save(data, { uri, resumable: true, validation: 'crc32c' });
+    const [got] = await file.download();
+    expect(got.equals(data)).toBe(true);
+    const puts = emu.requestLog().filter((e) => e.kind === 'upload' && e.method === 'PUT');
+    // Whatever the client asked first, no byte range it sent starts before the committed half.
+    expect(puts.every((e) => e.range === null || e.range.start >= 512 * 1024)).toBe(true);
+    expect(puts.some((e) => e.range !== null)).toBe(true);
+  });
+
+  it('a mid-chunk reset is resumed by the client from the committed offset', async () => {
+    const data = randomBytes(2 * 1024 * 1024);
+    const file = bucket.file('w/reset.bin');
+    emu.resetStats();
+    // Enough retries for the dice, each after about a second; the library retries only a conditional upload.
+    const patient = new StorageCtor({ apiEndpoint: emu.url, projectId: 'test', useAuthWithCustomEndpoint: false, retryOptions: { maxRetries: 20, maxRetryDelay: 1, retryDelayMultiplier: 1 } });
+    const resetFile = patient.bucket('bkt').file('w/reset.bin');
+    await withKnobs({ uploadResetRate: 0.3, seed: 5 }, () => resetFile.save(data, { resumable: true, chunkSize: 512 * 1024, preconditionOpts: { ifGenerationMatch: 0 } }));
+    const [got] = await file.download();
+    expect(got.equals(data)).toBe(true);
+    expect(emu.requestLog().some((e) => e.injected === 'reset')).toBe(true);
+  });
+
+  it('preconditions: ifGenerationMatch on save and delete, ifMetagenerationMatch on setMetadata, are 412 when stale', async () => {
+    const file = bucket.file('w/pre.txt');
+    await file.save('v1', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } });
+    await expect(file.save('v2', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } })).rejects.toMatchObject({ code: 412 });
+    await expect(file.save('v2', { resumable: true, preconditionOpts: { ifGenerationMatch: 0 } })).rejects.toSatisfy((e: any) => e.code === 412 || e.status === 412);
+    const [meta] = await file.getMetadata();
+    await file.setMetadata({ metadata: { gcsfuse_mtime: '2026-11-25T10:00:00.5Z' } }, { ifMetagenerationMatch: 1 });
+    await expect(file.setMetadata({ metadata: { a: 'b' } }, { ifMetagenerationMatch: 1 })).rejects.toMatchObject({ code: 412 });
+    const [after] = await file.getMetadata();
+    expect(after).toMatchObject({ metageneration: '2', generation: meta.generation, metadata: { gcsfuse_mtime: '2026-11-25T10:00:00.5Z' } });
+    await expect(file.delete({ ifGenerationMatch: 1 })).rejects.toMatchObject({ code: 412 });
+    await file.delete({ ifGenerationMatch: Number(meta.generation) });
+    expect((await file.exists())[0]).toBe(false);
+  });
+
+  it('copy (rewrite, several calls), compose and the atomic move, with their metadata', async () => {
+    const data = randomBytes(3 * 1024 * 1024);
+    const src = bucket.file('w/src.bin');
+    await src.save(data, { resumable: false, metadata: { contentType: 'application/x-test', metadata: { k: 'v' } } });
+    emu.resetStats();
+    await withKnobs({ rewriteBytesPerCall: 1024 * 1024 }, () => src.copy('w/copy.bin'));
+    expect(emu.requestLog().filter((e) => e.kind === 'copy')).toHaveLength(3);
+    const [copyMeta] = await bucket.file('w/copy.bin').getMetadata();
+    expect(copyMeta).toMatchObject({ size: String(data.length), contentType: 'application/x-test', metadata: { k: 'v' }, crc32c: crc32cB64(data) });
+
+    await bucket.file('w/a').save('abc', { resumable: false });
+    await bucket.file('w/b').save('def', { resumable: false });
+    await bucket.combine(['w/a', 'w/b'], 'w/ab');
+    expect((await bucket.file('w/ab').download())[0].toString()).toBe('abcdef');
+
+    const [before] = await bucket.file('w/ab').getMetadata();
+    emu.resetStats();
+    await bucket.file('w/ab').moveFileAtomic('w/moved');
+    expect(emu.stats().requests.move).toBe(1);
+    const [moved] = await bucket.file('w/moved').getMetadata();
+    expect(moved.generation).not.toBe(before.generation);
+    expect(moved.metageneration).toBe('1');
+    expect((await bucket.file('w/ab').exists())[0]).toBe(false);
+    await expect(bucket.file('w/a').moveFileAtomic('w/b', { preconditionOpts: { ifGenerationMatch: 0 } })).rejects.toMatchObject({ code: 412 });
+    expect((await bucket.file('w/a').download())[0].toString()).toBe('abc');
+  });
+});
+
 describe('stats', () => {
   it('/_stats counts match the requests made, by kind and status', async () => {
     expect((await rawJson('/_reset', { method: 'POST' })).status).toBe(200);
@@ -632,7 +710,7 @@ describe('stats', () => {
     await bucket.file('stats/one').delete();
     expect((await rawJson(`/storage/v1/b/bkt/o/nope`)).status).toBe(404);
     const s = (await rawJson('/_stats')).body;
-    expect(s.requests).toEqual({ total: 10, bucket: 1, list: 1, metadata: 3, media: 3, upload: 1, delete: 1, other: 0 });
+    expect(s.requests).toEqual({ total: 10, bucket: 1, list: 1, metadata: 3, media: 3, upload: 1, delete: 1, patch: 0, copy: 0, compose: 0, move: 0, other: 0 });
     expect(s.byStatus).toEqual({ '200': 5, '206': 3, '204': 1, '404': 1 });
     expect(s.mediaBytes).toBe(30);
     expect(s.injected).toEqual({ '401': 0, '403': 0, '429': 0, '503': 0, reset: 0, short: 0, stall: 0, throttle: 0, 'body-stall': 0 });

@@ -47,6 +47,15 @@ export interface EmulatorKnobs {
   denyBucketGet: boolean;
   /** API requests whose `Authorization: Bearer TOKEN` names one of these tokens answer 401 (an expired or revoked token). */
   rejectTokens: string[];
+  /**
+   * Probability (0..1) that an upload chunk's connection is reset part-way through its body; what
+   * arrived is persisted up to a 256 KiB boundary, as GCS persists, so a status query shows it.
+   */
+  uploadResetRate: number;
+  /** A resumable session older than this answers 404, as an expired one does (GCS: a week); 0 = never. */
+  uploadSessionTtlMs: number;
+  /** Bytes one rewrite call copies before answering `done: false` with a rewriteToken; 0 = all at once. */
+  rewriteBytesPerCall: number;
 }
 
 export type InjectedFault = '401' | '403' | '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
@@ -71,10 +80,13 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   bodyStallResumes: true,
   denyBucketGet: false,
   rejectTokens: [],
+  uploadResetRate: 0,
+  uploadSessionTtlMs: 0,
+  rewriteBytesPerCall: 0,
 };
 
-const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate'] as const;
-const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry'] as const;
+const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate', 'uploadResetRate'] as const;
+const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry', 'uploadSessionTtlMs', 'rewriteBytesPerCall'] as const;
 
 /** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
 export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
@@ -202,6 +214,13 @@ export class Faults {
     if (this.current.rate429 > 0 && this.rand() < this.current.rate429) return '429';
     if (this.current.rate503 > 0 && this.rand() < this.current.rate503) return '503';
     return null;
+  }
+
+  /** Rolls for a reset of an upload chunk of `length` bytes: how many bytes arrive before it (null: none). */
+  rollUploadReset(length: number): number | null {
+    const k = this.current;
+    if (k.uploadResetRate <= 0 || length < 2 || this.rand() >= k.uploadResetRate) return null;
+    return Math.floor(length * (0.25 + 0.5 * this.rand()));
   }
 
   /** Rolls for a body fault on a media response of `length` bytes; `cutAt` is how many bytes go out. */

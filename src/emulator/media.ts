@@ -64,7 +64,9 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
   const opened = await openExisting(ctx, bucket, name);
   try {
     const { obj, fh } = opened;
-    checkRead(ctx.query, obj);
+    // Only a metageneration condition needs the attributes: a range GET costs no extra stat otherwise.
+    const metaConditioned = ctx.query.has('ifMetagenerationMatch') || ctx.query.has('ifMetagenerationNotMatch');
+    checkRead(ctx.query, obj, metaConditioned ? (await ctx.shared.store.attrs.get(obj)).metageneration : '1');
     const hashes = await hashesOf(ctx, opened);
     const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(obj);
     const gzipped = encoding !== null && encoding.toLowerCase() === 'gzip';

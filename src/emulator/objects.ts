@@ -52,9 +52,10 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
     described[i] = await describeHashed(ctx, bucket, it.name, it.path);
   });
   const encodings = await store.contentEncodings(bucket);
+  const attrs = await store.attrs.of(bucket);
   const wanted = selectedKeys(fields, ['items']);
   // Every 'to hash' was replaced above.
-  const items = (described as Described[]).filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes, encodings.of(d.obj), wanted));
+  const items = (described as Described[]).filter((d) => d !== null).map((d) => objectResource(ctx.shared.baseUrl, d.obj, d.hashes, encodings.of(d.obj), wanted, attrs.of(d.obj)));
   // Field order as GCS sends it; empty lists are omitted, not sent as [].
   const body: Record<string, unknown> = { kind: 'storage#objects' };
   if (page.nextPageToken !== null) body.nextPageToken = page.nextPageToken;
@@ -75,10 +76,11 @@ export async function getObjectMetadata(ctx: RequestContext, bucket: string, nam
   validateGenerationParams(ctx.query);
   const opened = await openExisting(ctx, bucket, name);
   try {
-    checkRead(ctx.query, opened.obj);
+    const attrs = await ctx.shared.store.attrs.get(opened.obj);
+    checkRead(ctx.query, opened.obj, attrs.metageneration);
     const hashes = wantsHashes(fields, []) ? await hashesOf(ctx, opened) : null;
     const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(opened.obj);
-    await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes, encoding), fields);
+    await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes, encoding, undefined, attrs), fields);
   } finally {
     await opened.fh.close();
   }
@@ -89,7 +91,7 @@ export async function deleteObject(ctx: RequestContext, bucket: string, name: st
   const { store } = ctx.shared;
   if (!(await store.bucketStat(bucket))) throw noSuchBucket();
   const target = { bucket, name };
-  const removed = await store.remove(bucket, name, (cur) => checkWrite(ctx.query, cur, target));
+  const removed = await store.remove(bucket, name, (cur, attrs) => checkWrite(ctx.query, cur, target, attrs.metageneration));
   if (!removed) throw new HttpError(404, `No such object: ${bucket}/${name}`);
   await ctx.send(204, Buffer.alloc(0));
 }

@@ -1,5 +1,6 @@
 // JSON shapes the GCS JSON API returns: object and bucket resources, and error bodies.
 import type { BigIntStats } from 'node:fs';
+import { NO_ATTRS, type ObjectAttrs } from './attributes.js';
 import type { Hashes } from './hashes.js';
 import type { StoredObject } from './store.js';
 
@@ -57,6 +58,7 @@ export function objectResource(
   hashes: Hashes | null,
   contentEncoding: string | null = null,
   wanted?: (key: string) => boolean,
+  attrs: ObjectAttrs = NO_ATTRS,
 ): Record<string, unknown> {
   const want = wanted ?? ((): boolean => true);
   const enc = (): string => encodeURIComponent(obj.name);
@@ -72,8 +74,8 @@ export function objectResource(
   if (want('name')) res.name = obj.name;
   if (want('bucket')) res.bucket = obj.bucket;
   if (want('generation')) res.generation = obj.generation;
-  if (want('metageneration')) res.metageneration = '1';
-  if (want('contentType')) res.contentType = 'application/octet-stream';
+  if (want('metageneration')) res.metageneration = attrs.metageneration;
+  if (want('contentType')) res.contentType = attrs.contentType ?? 'application/octet-stream';
   if (want('storageClass')) res.storageClass = 'STANDARD';
   if (want('size')) res.size = String(obj.size);
   if (contentEncoding !== null && want('contentEncoding')) res.contentEncoding = contentEncoding;
@@ -81,10 +83,11 @@ export function objectResource(
     if (want('md5Hash')) res.md5Hash = hashes.md5Hash;
     if (want('crc32c')) res.crc32c = hashes.crc32c;
   }
-  if (want('etag')) res.etag = etagFor(BigInt(obj.generation));
+  if (want('etag')) res.etag = etagFor(BigInt(obj.generation), BigInt(attrs.metageneration));
   if (want('timeCreated')) res.timeCreated = time();
   if (want('updated')) res.updated = time();
   if (want('timeStorageClassUpdated')) res.timeStorageClassUpdated = time();
+  if (attrs.metadata !== null && want('metadata')) res.metadata = { ...attrs.metadata };
   return res;
 }
 

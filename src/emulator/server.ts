@@ -16,6 +16,7 @@ import { errorBody } from './resources.js';
 import { Stats, type EmulatorStats, type RequestKind, type RequestLogEntry } from './stats.js';
 import { Store } from './store.js';
 import { Uploads } from './uploads.js';
+import { composeObject, copyObject, moveObject, patchObject } from './writes.js';
 
 export type { EmulatorKnobs } from './faults.js';
 export type { EmulatorStats, RequestLogEntry, RequestKind } from './stats.js';
@@ -212,6 +213,10 @@ function resolve(method: string, pathname: string, query: URLSearchParams, uploa
   const bad = bucketNameError(bucket);
   if (bad) throw new HttpError(400, bad);
   const hasO = /^\/b\/[^/]+\/o(\/|$)/.test(rest);
+  if (base === '' && m[2] !== undefined && method === 'POST') {
+    const write = writeRoute(bucket, m[2]);
+    if (write) return write;
+  }
   const object = m[2] !== undefined && m[2] !== '' ? decode(m[2]) : null;
   const isRead = method === 'GET' || method === 'HEAD';
 
@@ -236,7 +241,33 @@ function resolve(method: string, pathname: string, query: URLSearchParams, uploa
   }
   if (isRead) return { kind: 'metadata', bucket, object, run: (ctx) => getObjectMetadata(ctx, bucket, object) };
   if (method === 'DELETE') return { kind: 'delete', bucket, object, run: (ctx) => deleteObject(ctx, bucket, object) };
+  if (method === 'PATCH') return { kind: 'patch', bucket, object, run: (ctx) => patchObject(ctx, bucket, object) };
   return other(405, `Method ${method} not supported on an object by this emulator.`);
+}
+
+/**
+ * POST routes under an object: copyTo, rewriteTo, moveTo and compose. Read from the raw path, where a
+ * '/' inside a name is still %2F, so the verb cannot be confused with part of a name.
+ */
+function writeRoute(bucket: string, rawObject: string): Route | null {
+  const copy = /^([^/]+)\/(copyTo|rewriteTo)\/b\/([^/]+)\/o\/([^/]+)$/.exec(rawObject);
+  if (copy) {
+    const src = { bucket, name: decode(copy[1]!) };
+    const dest = { bucket: decode(copy[3]!), name: decode(copy[4]!) };
+    return { kind: 'copy', bucket: dest.bucket, object: dest.name, run: (ctx) => copyObject(ctx, src, dest, copy[2] === 'rewriteTo') };
+  }
+  const move = /^([^/]+)\/moveTo\/o\/([^/]+)$/.exec(rawObject);
+  if (move) {
+    const from = decode(move[1]!);
+    const to = decode(move[2]!);
+    return { kind: 'move', bucket, object: to, run: (ctx) => moveObject(ctx, bucket, from, to) };
+  }
+  const compose = /^([^/]+)\/compose$/.exec(rawObject);
+  if (compose) {
+    const dest = decode(compose[1]!);
+    return { kind: 'compose', bucket, object: dest, run: (ctx) => composeObject(ctx, bucket, dest) };
+  }
+  return null;
 }
 
 function decode(s: string): string {

@@ -1,7 +1,7 @@
 // Request log and counters, so tests and benchmarks can see exactly what a client asked for.
 import type { InjectedFault } from './faults.js';
 
-export type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | 'upload' | 'delete' | 'other';
+export type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | 'upload' | 'delete' | 'patch' | 'copy' | 'compose' | 'move' | 'other';
 
 export interface RequestLogEntry {
   /** Order of arrival. */
@@ -10,8 +10,13 @@ export interface RequestLogEntry {
   method: string;
   bucket: string | null;
   object: string | null;
-  /** The byte range a media request asked for (resolved against the size), inclusive; null if none. */
+  /**
+   * The byte range a media request asked for (resolved against the size), or an upload chunk sent (as
+   * its Content-Range said), inclusive; null if none.
+   */
   range: { start: number; end: number } | null;
+  /** For a request to a resumable session: bytes the session held when it was answered (or cut). */
+  committed: number | null;
   /** 0 if the connection ended before a status was sent. */
   status: number;
   injected: InjectedFault | null;
@@ -33,7 +38,7 @@ export interface EmulatorStats {
 }
 
 const MAX_LOG = 100_000;
-const KINDS: RequestKind[] = ['bucket', 'list', 'metadata', 'media', 'upload', 'delete', 'other'];
+const KINDS: RequestKind[] = ['bucket', 'list', 'metadata', 'media', 'upload', 'delete', 'patch', 'copy', 'compose', 'move', 'other'];
 
 export class Stats {
   private readonly t0 = performance.now();
@@ -53,6 +58,7 @@ export class Stats {
       bucket,
       object,
       range: null,
+      committed: null,
       status: 0,
       injected: null,
       startMs: this.now(),

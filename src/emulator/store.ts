@@ -5,6 +5,7 @@ import type { BigIntStats } from 'node:fs';
 import { promises as fsp, statSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
+import { AttributeStore, NO_ATTRS, type NewAttrs, type ObjectAttrs } from './attributes.js';
 import { SIDE_DIR, compareNames, isFileSystemName } from './names.js';
 
 export interface StoredObject {
@@ -18,6 +19,9 @@ export interface StoredObject {
   /** The mtime in microseconds, as a decimal string. */
   generation: string;
 }
+
+/** Sees the current object (null: none) and its attributes; throws to refuse a write. */
+export type WriteCheck = (cur: StoredObject | null, attrs: ObjectAttrs) => void;
 
 export interface OpenedObject {
   obj: StoredObject;
@@ -67,6 +71,9 @@ export class Store {
   private readonly encodingsCache = new Map<string, { key: string; entries: Map<string, StoredEncoding> }>();
   private readonly folderCache = new Map<string, { stamp: string; entries: readonly SortedEntry[] }>();
   private readonly folderReads = new Map<string, Promise<readonly SortedEntry[]>>();
+
+  /** Metageneration, contentType and custom metadata, per object generation. */
+  readonly attrs = new AttributeStore((b) => this.bucketDir(b), (b) => this.tempPath(b));
 
   constructor(readonly root: string) {}
 
@@ -283,61 +290,73 @@ export class Store {
   }
 
   /**
-   * Moves a fully written temp file into place as `name`. `check` sees the current object (for
-   * preconditions) under the bucket lock, so two racing uploads cannot both pass ifGenerationMatch=0;
-   * whatever it throws aborts the commit and reaches the caller. `contentEncoding` is the object's
-   * Content-Encoding metadata (e.g. 'gzip'), or null for identity.
+   * Moves a fully written temp file into place as `name`. `check` sees the current object and its
+   * attributes (for preconditions) under the bucket lock, so two racing uploads cannot both pass
+   * ifGenerationMatch=0; whatever it throws aborts the commit and reaches the caller. `contentEncoding` is
+   * the object's Content-Encoding metadata (e.g. 'gzip'), or null for identity; `attrs` its contentType
+   * and custom metadata (metageneration 1, as every new generation has).
    */
-  async commit(bucket: string, name: string, tmp: string, check: (cur: StoredObject | null) => void, contentEncoding: string | null = null): Promise<StoredObject> {
-    return this.withLock(bucket, async () => {
-      const cur = await this.stat(bucket, name);
-      check(cur);
-      await ensureNewer(tmp, cur ? BigInt(cur.generation) : null);
-      // Recorded before the rename (a rename keeps the mtime, so the generation), so no reader sees the
-      // new object without its encoding.
-      const tmpGeneration = ((await fsp.stat(tmp, { bigint: true })).mtimeNs / 1000n).toString();
-      await this.setEncoding(bucket, name, contentEncoding === null ? null : { generation: tmpGeneration, contentEncoding });
-      const side = await this.sideNames(bucket);
-      const dir = this.bucketDir(bucket);
-      let dest: string;
-      if (isFileSystemName(name) && (await fileSlotFree(dir, name))) {
-        dest = path.join(dir, name);
-        await fsp.mkdir(path.dirname(dest), { recursive: true });
-        await moveInto(tmp, dest);
-        if (side.has(name)) {
-          await this.writeIndex(bucket, [...side].filter((n) => n !== name));
-          await fsp.rm(this.sidePath(bucket, name), { force: true });
-        }
-      } else {
-        dest = this.sidePath(bucket, name);
-        await fsp.mkdir(path.dirname(dest), { recursive: true });
-        await moveInto(tmp, dest);
-        if (!side.has(name)) await this.writeIndex(bucket, [...side, name]);
+  async commit(bucket: string, name: string, tmp: string, check: WriteCheck, contentEncoding: string | null = null, attrs: NewAttrs | null = null): Promise<StoredObject> {
+    return this.locked(bucket, () => this.commitHeld(bucket, name, tmp, check, contentEncoding, attrs));
+  }
+
+  /** commit() for a caller that already holds the bucket lock (a move: delete and create in one step). */
+  async commitHeld(bucket: string, name: string, tmp: string, check: WriteCheck, contentEncoding: string | null, attrs: NewAttrs | null): Promise<StoredObject> {
+    const cur = await this.stat(bucket, name);
+    check(cur, cur ? await this.attrs.get(cur) : NO_ATTRS);
+    await ensureNewer(tmp, cur ? BigInt(cur.generation) : null);
+    // Recorded before the rename (a rename keeps the mtime, so the generation), so no reader sees the
+    // new object without its encoding and attributes.
+    const tmpGeneration = ((await fsp.stat(tmp, { bigint: true })).mtimeNs / 1000n).toString();
+    const record = async (generation: string): Promise<void> => {
+      await this.setEncoding(bucket, name, contentEncoding === null ? null : { generation, contentEncoding });
+      await this.attrs.set(bucket, name, attrs === null ? null : { generation, metageneration: '1', ...attrs });
+    };
+    await record(tmpGeneration);
+    const side = await this.sideNames(bucket);
+    const dir = this.bucketDir(bucket);
+    let dest: string;
+    if (isFileSystemName(name) && (await fileSlotFree(dir, name))) {
+      dest = path.join(dir, name);
+      await fsp.mkdir(path.dirname(dest), { recursive: true });
+      await moveInto(tmp, dest);
+      if (side.has(name)) {
+        await this.writeIndex(bucket, [...side].filter((n) => n !== name));
+        await fsp.rm(this.sidePath(bucket, name), { force: true });
       }
-      const obj = await this.statPath(bucket, name, dest);
-      if (!obj) throw new Error(`object vanished right after commit: ${dest}`);
-      // A copy across file systems sets the mtime with less precision: record the generation it got.
-      if (contentEncoding !== null && obj.generation !== tmpGeneration) await this.setEncoding(bucket, name, { generation: obj.generation, contentEncoding });
-      return obj;
-    });
+    } else {
+      dest = this.sidePath(bucket, name);
+      await fsp.mkdir(path.dirname(dest), { recursive: true });
+      await moveInto(tmp, dest);
+      if (!side.has(name)) await this.writeIndex(bucket, [...side, name]);
+    }
+    const obj = await this.statPath(bucket, name, dest);
+    if (!obj) throw new Error(`object vanished right after commit: ${dest}`);
+    // A copy across file systems sets the mtime with less precision: record the generation it got.
+    if ((contentEncoding !== null || attrs !== null) && obj.generation !== tmpGeneration) await record(obj.generation);
+    return obj;
   }
 
   /** Deletes `name`; returns false if it did not exist. `check` may throw to refuse. */
-  async remove(bucket: string, name: string, check: (cur: StoredObject) => void): Promise<boolean> {
-    return this.withLock(bucket, async () => {
-      const cur = await this.stat(bucket, name);
-      if (!cur) return false;
-      check(cur);
-      await fsp.rm(cur.path, { force: true });
-      await this.setEncoding(bucket, name, null);
-      const side = await this.sideNames(bucket);
-      if (side.has(name)) {
-        await this.writeIndex(bucket, [...side].filter((n) => n !== name));
-      } else {
-        await pruneEmptyParents(path.dirname(cur.path), this.bucketDir(bucket));
-      }
-      return true;
-    });
+  async remove(bucket: string, name: string, check: WriteCheck): Promise<boolean> {
+    return this.locked(bucket, () => this.removeHeld(bucket, name, check));
+  }
+
+  /** remove() for a caller that already holds the bucket lock. */
+  async removeHeld(bucket: string, name: string, check: WriteCheck): Promise<boolean> {
+    const cur = await this.stat(bucket, name);
+    if (!cur) return false;
+    check(cur, await this.attrs.get(cur));
+    await fsp.rm(cur.path, { force: true });
+    await this.setEncoding(bucket, name, null);
+    await this.attrs.set(bucket, name, null);
+    const side = await this.sideNames(bucket);
+    if (side.has(name)) {
+      await this.writeIndex(bucket, [...side].filter((n) => n !== name));
+    } else {
+      await pruneEmptyParents(path.dirname(cur.path), this.bucketDir(bucket));
+    }
+    return true;
   }
 
   private async locate(bucket: string, name: string): Promise<string | null> {
@@ -353,7 +372,8 @@ export class Store {
     await fsp.rename(tmp, p);
   }
 
-  private async withLock<T>(bucket: string, fn: () => Promise<T>): Promise<T> {
+  /** Runs `fn` holding the bucket's lock: every change to a bucket's objects and side files is made under it. */
+  async locked<T>(bucket: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(bucket) ?? Promise.resolve();
     let release!: () => void;
     const mine = new Promise<void>((r) => (release = r));

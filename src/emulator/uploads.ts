@@ -4,6 +4,7 @@ import { createWriteStream, promises as fsp } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { Transform } from 'node:stream';
 import { finished, pipeline } from 'node:stream/promises';
+import { attrsFromResource, type NewAttrs } from './attributes.js';
 import { checkWrite, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
 import { hashHandle, type Hashes } from './hashes.js';
@@ -12,6 +13,14 @@ import { objectNameError } from './names.js';
 import { noSuchBucket } from './objects.js';
 import { objectResource } from './resources.js';
 import type { StoredObject } from './store.js';
+
+/** A completed upload: what a repeated finalize answers with. */
+interface Done {
+  obj: StoredObject;
+  hashes: Hashes;
+  contentEncoding: string | null;
+  attrs: NewAttrs;
+}
 
 interface Session {
   bucket: string;
@@ -22,10 +31,18 @@ interface Session {
   /** The object resource sent with the initiating POST (contentEncoding applies at completion). */
   metadata: Record<string, unknown>;
   received: number;
-  done: { obj: StoredObject; hashes: Hashes; contentEncoding: string | null } | null;
+  done: Done | null;
   /** PUTs to one session are handled one at a time. */
   lock: Promise<void>;
+  /** performance.now() at the initiating POST: the session expires `uploadSessionTtlMs` after it. */
+  createdAt: number;
 }
+
+/** GCS persists a resumable upload in units of 256 KiB: only the final chunk may end elsewhere. */
+const GRANULE = 256 * 1024;
+
+/** Thrown inside a chunk's body pipeline to cut it where the reset fault said. */
+class InjectedReset extends Error {}
 
 const MAX_SESSIONS = 10_000;
 
@@ -93,12 +110,14 @@ export class Uploads {
     const name = ctx.query.get('name') ?? (typeof metadata?.name === 'string' ? metadata.name : null);
     checkName(name);
     const { store, baseUrl } = ctx.shared;
+    newAttrs(metadata);
     // GCS refuses a session whose precondition already fails rather than after the bytes are sent.
-    checkWrite(ctx.query, await store.stat(bucket, name!), { bucket, name: name! });
+    const cur = await store.stat(bucket, name!);
+    checkWrite(ctx.query, cur, { bucket, name: name! }, cur ? (await store.attrs.get(cur)).metageneration : '1');
     const tmp = await store.tempPath(bucket);
     await fsp.writeFile(tmp, '');
     const id = randomBytes(16).toString('hex');
-    this.remember(id, { bucket, name: name!, tmp, query: ctx.query, metadata, received: 0, done: null, lock: Promise.resolve() });
+    this.remember(id, { bucket, name: name!, tmp, query: ctx.query, metadata, received: 0, done: null, lock: Promise.resolve(), createdAt: performance.now() });
     const location =
       `${baseUrl}/upload/storage/v1/b/${encodeURIComponent(bucket)}/o` +
       `?uploadType=resumable&name=${encodeURIComponent(name!)}&upload_id=${id}`;
@@ -108,6 +127,13 @@ export class Uploads {
   private async withSession(ctx: RequestContext, id: string): Promise<void> {
     const s = this.sessions.get(id);
     if (!s) throw new HttpError(404, 'No such upload session (unknown or already cancelled).');
+    const ttl = ctx.knobs.uploadSessionTtlMs;
+    if (ttl > 0 && !s.done && performance.now() - s.createdAt > ttl) {
+      this.sessions.delete(id);
+      await fsp.rm(s.tmp, { force: true });
+      ctx.req.resume();
+      throw new HttpError(404, 'The upload session has expired; start a new one.');
+    }
     const prev = s.lock;
     let release!: () => void;
     s.lock = new Promise((r) => (release = r));
@@ -131,25 +157,31 @@ export class Uploads {
   private async put(ctx: RequestContext, id: string, s: Session): Promise<void> {
     if (s.done) {
       ctx.req.resume();
-      return this.reply(ctx, s.done.obj, s.done.hashes, s.done.contentEncoding);
+      return this.reply(ctx, s.done);
     }
     const cr = parseContentRange(ctx.req.headers['content-range']);
     if (cr.start !== null) {
       if (cr.start > s.received) {
         throw new HttpError(400, `Content-Range starts at ${cr.start} but only ${s.received} bytes were persisted.`);
       }
-      const out = createWriteStream(s.tmp, { flags: 'a' });
-      try {
-        await pipeline(ctx.req, skipBytes(s.received - cr.start), out);
-      } finally {
-        s.received = (await fsp.stat(s.tmp)).size;
-      }
+      // The range the client sent, as it said it or, open-ended, as many bytes as came.
+      let sent = 0;
+      ctx.req.on('data', (c: Buffer) => (sent += c.length));
+      const noteRange = (): void => {
+        const end = cr.end ?? (sent > 0 ? cr.start! + sent - 1 : null);
+        if (end !== null) ctx.entry.range = { start: cr.start!, end };
+      };
+      const whole = await this.receiveChunk(ctx, s, cr, noteRange);
+      noteRange();
+      if (!whole) return;
     } else {
       ctx.req.resume();
     }
     const total = cr.total;
     if (total !== null && s.received > total) throw new HttpError(400, `Received ${s.received} bytes but the total is ${total}.`);
     const last = total !== null ? s.received === total : cr.start !== null && cr.end === null;
+    if (!last) await this.persistGranules(s);
+    ctx.entry.committed = s.received;
     if (!last) {
       const headers = s.received > 0 ? { Range: `bytes=0-${s.received - 1}` } : {};
       await ctx.send(308, Buffer.alloc(0), headers);
@@ -165,6 +197,46 @@ export class Uploads {
     }
   }
 
+  /**
+   * Appends a chunk's new bytes (those past what is persisted) to the session's file. With the reset
+   * fault rolled, the connection is reset part-way and what arrived is kept up to a 256 KiB boundary;
+   * returns false then (the request is over).
+   */
+  private async receiveChunk(ctx: RequestContext, s: Session, cr: ContentRange, beforeCut: () => void): Promise<boolean> {
+    const declared = Number(ctx.req.headers['content-length'] ?? NaN);
+    const cutAt = Number.isFinite(declared) ? ctx.shared.faults.rollUploadReset(declared) : null;
+    const out = createWriteStream(s.tmp, { flags: 'a' });
+    try {
+      const skip = skipBytes(s.received - cr.start!);
+      if (cutAt === null) await pipeline(ctx.req, skip, out);
+      else await pipeline(ctx.req, cutAfter(cutAt), skip, out);
+      return true;
+    } catch (e) {
+      if (!(e instanceof InjectedReset)) throw e;
+      ctx.entry.injected = 'reset';
+      await this.persistGranules(s);
+      ctx.entry.committed = s.received;
+      beforeCut();
+      ctx.finish();
+      // The socket may already be detached from the request once the pipeline tore it down.
+      const socket = (ctx.res.socket ?? ctx.req.socket) as (typeof ctx.req.socket & { resetAndDestroy?: () => void }) | null;
+      if (socket?.resetAndDestroy) socket.resetAndDestroy();
+      else if (socket) socket.destroy();
+      else ctx.res.destroy();
+      return false;
+    } finally {
+      s.received = (await fsp.stat(s.tmp)).size;
+    }
+  }
+
+  /** Drops bytes past the last 256 KiB boundary: GCS commits a non-final chunk only in whole units. */
+  private async persistGranules(s: Session): Promise<void> {
+    const size = (await fsp.stat(s.tmp)).size;
+    const keep = Math.floor(size / GRANULE) * GRANULE;
+    if (keep < size) await fsp.truncate(s.tmp, keep);
+    s.received = keep;
+  }
+
   /** Verifies client-sent hashes, commits the temp file, and answers with the object resource. */
   private async complete(
     ctx: RequestContext,
@@ -173,7 +245,7 @@ export class Uploads {
     tmp: string,
     query: URLSearchParams,
     metadata: Record<string, unknown>,
-  ): Promise<{ obj: StoredObject; hashes: Hashes; contentEncoding: string | null }> {
+  ): Promise<Done> {
     const { store } = ctx.shared;
     const fh = await fsp.open(tmp, 'r');
     let hashes: Hashes;
@@ -184,14 +256,16 @@ export class Uploads {
     }
     verifyHashes(hashes, ctx.req.headers['x-goog-hash'], metadata);
     const contentEncoding = contentEncodingOf(query, metadata);
-    const obj = await store.commit(bucket, name, tmp, (cur) => checkWrite(query, cur, { bucket, name }), contentEncoding);
+    const attrs = newAttrs(metadata);
+    const obj = await store.commit(bucket, name, tmp, (cur, a) => checkWrite(query, cur, { bucket, name }, a.metageneration), contentEncoding, attrs);
     ctx.shared.hashes.seed(obj, hashes);
-    await this.reply(ctx, obj, hashes, contentEncoding);
-    return { obj, hashes, contentEncoding };
+    const done = { obj, hashes, contentEncoding, attrs };
+    await this.reply(ctx, done);
+    return done;
   }
 
-  private reply(ctx: RequestContext, obj: StoredObject, hashes: Hashes, contentEncoding: string | null): Promise<void> {
-    return ctx.projected(objectResource(ctx.shared.baseUrl, obj, hashes, contentEncoding), ctx.fields());
+  private reply(ctx: RequestContext, d: Done): Promise<void> {
+    return ctx.projected(objectResource(ctx.shared.baseUrl, d.obj, d.hashes, d.contentEncoding, undefined, { metageneration: '1', ...d.attrs }), ctx.fields());
   }
 
   /** Removes temp files of sessions that never completed. */
@@ -220,6 +294,15 @@ function contentEncodingOf(query: URLSearchParams, metadata: Record<string, unkn
   const v = query.get('contentEncoding') ?? (typeof metadata.contentEncoding === 'string' ? metadata.contentEncoding : null);
   const trimmed = v?.trim() ?? '';
   return trimmed === '' || trimmed.toLowerCase() === 'identity' ? null : trimmed;
+}
+
+/** The new object's contentType and custom metadata, from the resource the client sent; malformed is 400. */
+function newAttrs(resource: Record<string, unknown>): NewAttrs {
+  try {
+    return attrsFromResource(resource);
+  } catch (e) {
+    throw new HttpError(400, `Invalid object resource: ${(e as Error).message}`);
+  }
 }
 
 function checkName(name: string | null): void {
@@ -267,6 +350,24 @@ function parseContentRange(h: string | undefined): ContentRange {
     end: m[2] === '*' ? null : Number(m[2]),
     total: m[3] === '*' ? null : Number(m[3]),
   };
+}
+
+/** Passes `n` bytes of a request body, then fails the pipeline as a reset connection would. */
+function cutAfter(n: number): Transform {
+  let left = n;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      if (left >= chunk.length) {
+        left -= chunk.length;
+        cb(null, chunk);
+        return;
+      }
+      const head = chunk.subarray(0, left);
+      left = 0;
+      if (head.length) this.push(head);
+      cb(new InjectedReset('injected reset mid-chunk'));
+    },
+  });
 }
 
 /** Drops bytes a retried chunk re-sends that are already persisted. */

@@ -39,3 +39,27 @@ export function codeForStatus(status: number): GcsErrorCode {
 export function isGcsError(err: unknown, code?: GcsErrorCode): err is GcsError {
   return err instanceof GcsError && (code === undefined || err.code === code);
 }
+
+/**
+ * A resumable session GCS no longer knows (expired after about a week, or cancelled): 404 or 410. The
+ * upload must start again from a new session; code NOT_FOUND, told apart from a missing object by class.
+ */
+export class UploadSessionExpiredError extends GcsError {
+  constructor(what: string, status: number) {
+    super('NOT_FOUND', `${what}: upload session expired or unknown (HTTP ${status})`, status);
+  }
+}
+
+/** GCS holds fewer bytes of a session than a chunk starts at: the caller must resend from `committed`. */
+export class UploadOffsetError extends GcsError {
+  constructor(
+    what: string,
+    readonly committed: number,
+  ) {
+    super('INVALID', `${what}: GCS has committed only ${committed} bytes, before this chunk's start`);
+  }
+}
+
+export function isSessionExpired(err: unknown): err is UploadSessionExpiredError {
+  return err instanceof UploadSessionExpiredError;
+}

@@ -1,16 +1,37 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EnvHttpProxyAgent, Pool } from 'undici';
-import type { Dispatcher } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics, CounterName } from '../observe/metrics.js';
 import type { AdaptiveConcurrency } from './adaptive-concurrency.js';
 import type { AuthHeaders } from './auth.js';
 import type { Endpoint } from './endpoint.js';
-import { GcsError, codeForStatus } from './errors.js';
-import type { ListPage, ListRequest, ObjectClient, ObjectMeta, ObjectVersion, ReadPriority } from './object-client.js';
+import { StalledError, watchSilence, type AttemptLimits } from './attempt-limits.js';
+import { dispatcherFor, proxySettings, redactedProxy } from './dispatcher.js';
+import { GcsError } from './errors.js';
+import { ERROR_BODY_LIMIT, OBJECT_FIELDS, errorFromResponse, errorFromStatus, toMeta, transportError, type RawObject } from './responses.js';
+import type {
+  FinalChunk,
+  ListPage,
+  ListRequest,
+  NewObjectAttrs,
+  ObjectMeta,
+  ObjectVersion,
+  Preconditions,
+  ReadPriority,
+  UploadProgress,
+  UploadSession,
+  WritableObjectClient,
+  WrittenObject,
+} from './object-client.js';
+import { ObjectWrites } from './object-writes.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
+
+export { transportError } from './responses.js';
+export { proxySettings, type ProxySettings } from './dispatcher.js';
 import type { StallTimeout } from './stall-timeout.js';
+import type { Transport, WriteKind } from './transport.js';
+import { ResumableUploads } from './uploads.js';
 
 export interface HttpClientConfig {
   endpoint: Endpoint;
@@ -48,167 +69,21 @@ export interface HttpClientConfig {
 
 const URGENT: ReadPriority = { priority: 'urgent' };
 
-/** An attempt cut because GCS sent nothing for longer than the stall timeout: resumed at once, no backoff. */
-class StalledError extends GcsError {
-  constructor(what: string, silentMs: number) {
-    super('TRANSIENT', `${what}: no bytes for ${Math.round(silentMs)} ms (stalled)`);
-  }
-}
-
-/** An attempt cut because its read or lookup reached --max-retry-duration. */
-class DeadlineError extends GcsError {
-  constructor(what: string) {
-    super('TRANSIENT', `${what}: --max-retry-duration reached during the attempt`);
-  }
-}
-
-/** What one attempt may use up: silence (the stall timeout) and time (the retry deadline). */
-interface AttemptLimits {
-  stallMs: number;
-  deadlineAt: number;
-}
-
-/**
- * Calls `cut` once the request has been silent for `limits.stallMs` since the last `progress()`, or the
- * deadline has come, whichever is first. One timer per attempt, re-armed only when it fires.
- */
-function watchSilence(limits: AttemptLimits, what: string, cut: (err: GcsError, silentMs: number) => void): { progress(): void; stop(): void } {
-  let last = performance.now();
-  let timer: NodeJS.Timeout | null = null;
-  const arm = (): void => {
-    const t = performance.now();
-    const at = Math.min(last + limits.stallMs, limits.deadlineAt);
-    if (!Number.isFinite(at)) return;
-    timer = setTimeout(check, Math.max(1, at - t));
-  };
-  const check = (): void => {
-    timer = null;
-    const t = performance.now();
-    if (t >= limits.deadlineAt) cut(new DeadlineError(what), t - last);
-    else if (t - last >= limits.stallMs) cut(new StalledError(what, t - last), t - last);
-    else arm();
-  };
-  arm();
-  return {
-    progress: () => {
-      last = performance.now();
-    },
-    stop: () => {
-      if (timer) clearTimeout(timer);
-      timer = null;
-    },
-  };
-}
-
-type RequestKind = 'bucket' | 'list' | 'metadata' | 'media';
+type RequestKind = 'bucket' | 'list' | 'metadata' | 'media' | WriteKind;
 
 const KIND_COUNTER: Record<RequestKind, CounterName> = {
   bucket: 'gcs_requests_bucket',
   list: 'gcs_requests_list',
   metadata: 'gcs_requests_metadata',
   media: 'gcs_requests_media',
+  upload: 'gcs_requests_upload',
+  write: 'gcs_requests_write',
 };
 
-/** Only what the namespace and the block cache use: small responses, cheap to parse. */
-const OBJECT_FIELDS = 'name,size,generation,metageneration,updated,crc32c';
+/** Uploads carry data: they share the data sockets and in-flight limit with range GETs. */
+const DATA_KINDS: ReadonlySet<RequestKind> = new Set(['media', 'upload']);
 
-interface RawObject {
-  name: string;
-  size: string;
-  generation: string;
-  metageneration?: string;
-  updated?: string;
-  crc32c?: string;
-}
-
-function toMeta(raw: RawObject): ObjectMeta {
-  return {
-    name: raw.name,
-    size: Number(raw.size),
-    generation: raw.generation,
-    metageneration: raw.metageneration ?? '1',
-    updatedMs: raw.updated ? Date.parse(raw.updated) : 0,
-    crc32c: raw.crc32c ?? null,
-  };
-}
-
-function retryAfterSeconds(header: string | string[] | undefined): number | null {
-  const value = Array.isArray(header) ? header[0] : header;
-  if (!value) return null;
-  const secs = Number(value);
-  if (Number.isFinite(secs)) return Math.max(0, secs);
-  const date = Date.parse(value);
-  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
-}
-
-/** undici's answers to a request on a pool that close() or destroy() has begun to take down. */
-const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED']);
-
-/**
- * Network-level failures (resets, refused connections, timeouts) are all worth another attempt; a
- * client that is closed (the daemon is stopping) is not a fault of GCS and is never retried.
- */
-export function transportError(err: unknown, what: string): GcsError {
-  if (err instanceof GcsError) return err;
-  const code = (err as { code?: string }).code ?? 'ERR';
-  const message = err instanceof Error ? err.message : String(err);
-  if (CLOSED_CODES.has(code)) return new GcsError('CLOSED', `${what}: ${message}`);
-  return new GcsError('TRANSIENT', `${what}: ${code} ${message}`);
-}
-
-export interface ProxySettings {
-  httpProxy: string | undefined;
-  httpsProxy: string | undefined;
-  noProxy: string;
-}
-
-/** The proxy variables as curl and undici read them: lowercase first. */
-export function proxySettings(env: NodeJS.ProcessEnv): ProxySettings {
-  const pick = (name: string): string | undefined => (env[name.toLowerCase()] ?? env[name])?.trim() || undefined;
-  return { httpProxy: pick('HTTP_PROXY'), httpsProxy: pick('HTTPS_PROXY'), noProxy: pick('NO_PROXY') ?? '' };
-}
-
-/**
- * The connection pool to the endpoint, or, when HTTP_PROXY or HTTPS_PROXY is set, undici's
- * EnvHttpProxyAgent with the same pool options: it tunnels through the proxy (CONNECT) unless NO_PROXY
- * names the host, and either way keeps one tuned Pool per origin underneath. Its rules are undici's: an
- * https endpoint uses HTTPS_PROXY, else HTTP_PROXY; loopback is proxied unless NO_PROXY says otherwise.
- */
-function dispatcherFor(origin: string, options: Pool.Options, proxy: ProxySettings): Dispatcher {
-  if (!proxy.httpProxy && !proxy.httpsProxy) return new Pool(origin, options);
-  return new EnvHttpProxyAgent({ ...options, httpProxy: proxy.httpProxy, httpsProxy: proxy.httpsProxy, noProxy: proxy.noProxy });
-}
-
-/** A proxy URL for the log: user and password left out. */
-function redactedProxy(url: string): string {
-  try {
-    return new URL(url).origin;
-  } catch {
-    return '(unparsable proxy URL)';
-  }
-}
-
-function errorFromStatus(statusCode: number, retryAfter: string | string[] | undefined, bodyText: string, what: string): GcsError {
-  let detail = '';
-  try {
-    const parsed = JSON.parse(bodyText) as { error?: { message?: string } };
-    detail = parsed.error?.message ?? bodyText.slice(0, 200);
-  } catch {
-    detail = bodyText.slice(0, 200);
-  }
-  return new GcsError(codeForStatus(statusCode), `${what}: HTTP ${statusCode}${detail ? ` ${detail}` : ''}`, statusCode, retryAfterSeconds(retryAfter));
-}
-
-async function errorFromResponse(res: Dispatcher.ResponseData, what: string): Promise<GcsError> {
-  // A broken socket while reading an error body leaves only the status to report.
-  const text = await res.body.text().catch(() => '');
-  return errorFromStatus(res.statusCode, res.headers['retry-after'], text, what);
-}
-
-/** An error body is read for its message, up to this much. */
-const ERROR_BODY_LIMIT = 4096;
-
-export class HttpObjectClient implements ObjectClient {
+export class HttpObjectClient implements WritableObjectClient {
   readonly bucket: string;
   private readonly pool: Dispatcher;
   /** Sockets for JSON requests (lookups, listings): the data pool unless `metadata` is configured. */
@@ -219,6 +94,8 @@ export class HttpObjectClient implements ObjectClient {
   private closing = false;
   /** Ends the sleeps between attempts when close() is called: a stop does not wait out a backoff. */
   private readonly stopSleeping = new AbortController();
+  private readonly uploads: ResumableUploads;
+  private readonly writes: ObjectWrites;
 
   constructor(private readonly cfg: HttpClientConfig) {
     this.bucket = cfg.bucket;
@@ -242,7 +119,28 @@ export class HttpObjectClient implements ObjectClient {
         'proxy variables set: requests go through the proxy unless NO_PROXY names the endpoint',
       );
     }
+    const transport: Transport = {
+      bucketPath: this.bucketPath,
+      metrics: cfg.metrics,
+      log: cfg.log,
+      run: (kind, what, opts, once) => this.withRetry(kind, what, opts.priority ?? URGENT, (headers) => once(headers), opts.idempotent),
+      send: (kind, req) => (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req }),
+    };
+    this.uploads = new ResumableUploads(transport);
+    this.writes = new ObjectWrites(transport);
   }
+
+  // Writes (ObjectWriter): the modules above do the protocol; this client lends them its retries and pools.
+  startUpload(name: string, opts?: Preconditions & NewObjectAttrs): Promise<UploadSession> { return this.uploads.start(name, opts); }
+  putChunk(s: UploadSession, offset: number, bytes: Buffer, opts?: { final?: FinalChunk; priority?: ReadPriority }): Promise<UploadProgress> { return this.uploads.putChunk(s, offset, bytes, opts); }
+  uploadStatus(s: UploadSession): Promise<UploadProgress> { return this.uploads.status(s); }
+  cancelUpload(s: UploadSession): Promise<void> { return this.uploads.cancel(s); }
+  uploadObject(name: string, bytes: Buffer, opts?: Preconditions & NewObjectAttrs): Promise<WrittenObject> { return this.writes.upload(name, bytes, opts); }
+  deleteObject(name: string, opts?: Pick<Preconditions, 'ifGenerationMatch'>): Promise<void> { return this.writes.delete(name, opts); }
+  copyObject(src: string, dest: string, opts?: Preconditions & NewObjectAttrs & { ifSourceGenerationMatch?: string }): Promise<WrittenObject> { return this.writes.copy(src, dest, opts); }
+  composeObjects(sources: Array<{ name: string; generation?: string }>, dest: string, opts?: Preconditions & NewObjectAttrs): Promise<WrittenObject> { return this.writes.compose(sources, dest, opts); }
+  moveObject(src: string, dest: string, opts?: Preconditions & { ifSourceGenerationMatch?: string }): Promise<WrittenObject> { return this.writes.move(src, dest, opts); }
+  patchMetadata(name: string, opts: Preconditions & { metadata?: Record<string, string | null>; contentType?: string }): Promise<WrittenObject> { return this.writes.patch(name, opts); }
 
   async close(): Promise<void> {
     this.closing = true;
@@ -462,9 +360,11 @@ export class HttpObjectClient implements ObjectClient {
     what: string,
     priority: ReadPriority,
     attemptOnce: (headers: Record<string, string>, limits: AttemptLimits) => Promise<T>,
+    /** false: a repeat could apply a write twice, so only a 429 (nothing done) is retried. */
+    idempotent = true,
   ): Promise<T> {
     const { metrics, log, retry, rate } = this.cfg;
-    const concurrency = kind !== 'media' && this.cfg.metadata ? this.cfg.metadata.concurrency : this.cfg.concurrency;
+    const concurrency = !DATA_KINDS.has(kind) && this.cfg.metadata ? this.cfg.metadata.concurrency : this.cfg.concurrency;
     const bound = this.cfg.maxRetryDurationMs ?? 0;
     const boundFlag = this.cfg.retryBoundFlag ?? '--max-retry-duration';
     let deadlineAt = Number.POSITIVE_INFINITY;
@@ -521,7 +421,7 @@ export class HttpObjectClient implements ObjectClient {
           log.info({ kind, what, status: err.status }, `GCS retry with a fresh token after ${err.message}`);
           continue;
         }
-        const policy = retryDelay(retry, attempt, err);
+        const policy = idempotent || throttled ? retryDelay(retry, attempt, err) : 'give-up';
         // A stalled response is cut to be resumed now: the server is not overloaded, one connection is stuck.
         if (err instanceof StalledError) stalls++;
         const delay = policy !== 'give-up' && err instanceof StalledError ? 0 : policy;

@@ -58,3 +58,93 @@ export interface ObjectClient {
    */
   readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority?: ReadPriority): Promise<Buffer>;
 }
+
+/**
+ * Conditions a write holds to (GCS's preconditions): when one fails, nothing changes and the call
+ * rejects with GcsError code PRECONDITION (HTTP 412). Generations are decimal strings.
+ */
+export interface Preconditions {
+  /** '0': only if no live object has the name (a create); a generation: only if that one is live. */
+  ifGenerationMatch?: string;
+  /** Only if the live object's metageneration is this one (its metadata unchanged since it was read). */
+  ifMetagenerationMatch?: string;
+}
+
+/** What a new object carries beside its bytes. gcsfuse keeps a file's mtime in metadata.gcsfuse_mtime. */
+export interface NewObjectAttrs {
+  contentType?: string;
+  metadata?: Record<string, string>;
+}
+
+/** An object a write made or changed: its metadata as well as what a read needs. */
+export interface WrittenObject extends ObjectMeta {
+  contentType: string | null;
+  /** Custom metadata ({} when none). */
+  metadata: Record<string, string>;
+}
+
+/** A resumable upload session: the URL GCS gave it. Valid for about a week; nothing is visible until finalized. */
+export interface UploadSession {
+  readonly name: string;
+  readonly url: string;
+}
+
+/** Marks a chunk as the last: the object's whole size and its CRC32C (base64, big-endian, as GCS shows it). */
+export interface FinalChunk {
+  size: number;
+  crc32c: string;
+}
+
+/** Where a session stands: bytes GCS has committed, and the object once it is finalized. */
+export interface UploadProgress {
+  committed: number;
+  object: WrittenObject | null;
+}
+
+/** Chunks other than the last must be multiples of this (GCS commits resumable uploads in these units). */
+export const UPLOAD_CHUNK_UNIT = 256 * 1024;
+
+/**
+ * The write half of the object store, beside ObjectClient (whose other implementations, such as test
+ * doubles and the torture test's model bucket, read only). Every call is retried as reads are (bounded
+ * by the retry policy and --max-retry-duration, through the shared request-rate limiter) when that is
+ * safe: always for resumable chunks and status queries, and for other writes only when they carry a
+ * precondition that makes a repeat harmless; without one only a 429 is retried.
+ */
+export interface ObjectWriter {
+  /** Opens a resumable upload of `name`; its preconditions are checked now and again at finalize. */
+  startUpload(name: string, opts?: Preconditions & NewObjectAttrs): Promise<UploadSession>;
+  /**
+   * Sends bytes [offset, offset + bytes.length) of the upload. Resolves once all of them are committed
+   * (GCS may commit part of a chunk: the rest is sent again, only the rest). A cut or 429/5xx attempt is
+   * followed by a status query and resumed from the committed offset, never from zero. With `final`,
+   * the upload is finalized: `x-goog-hash: crc32c` is sent and the object's CRC32C checked (CORRUPT on a
+   * mismatch). Non-final chunks must be multiples of UPLOAD_CHUNK_UNIT. Rejects with
+   * UploadSessionExpiredError (code NOT_FOUND) when the session is gone (start a new one), with
+   * UploadOffsetError when GCS holds fewer bytes than `offset` (resend from its `committed`), and with
+   * PRECONDITION when the finalize's precondition fails (the session is then gone too).
+   */
+  putChunk(session: UploadSession, offset: number, bytes: Buffer, opts?: { final?: FinalChunk; priority?: ReadPriority }): Promise<UploadProgress>;
+  /** Asks GCS how much of the session it has committed (and the object, if finalized). */
+  uploadStatus(session: UploadSession): Promise<UploadProgress>;
+  /** Abandons a session (its bytes are dropped). Resolves also when it was already gone. */
+  cancelUpload(session: UploadSession): Promise<void>;
+  /** A small object in one request (uploadType=multipart), its CRC32C sent and checked. */
+  uploadObject(name: string, bytes: Buffer, opts?: Preconditions & NewObjectAttrs): Promise<WrittenObject>;
+  /** Deletes the live object; NOT_FOUND when there is none. */
+  deleteObject(name: string, opts?: Pick<Preconditions, 'ifGenerationMatch'>): Promise<void>;
+  /**
+   * A copy of `src` as `dest`, through objects.rewrite (calls repeated with its rewriteToken until done).
+   * Attributes given replace the source's.
+   */
+  copyObject(src: string, dest: string, opts?: Preconditions & NewObjectAttrs & { ifSourceGenerationMatch?: string }): Promise<WrittenObject>;
+  /** `dest` made of the sources' bytes in order (at most 32), with `attrs`. */
+  composeObjects(sources: Array<{ name: string; generation?: string }>, dest: string, opts?: Preconditions & NewObjectAttrs): Promise<WrittenObject>;
+  /** GCS's atomic objects.move: `src` becomes `dest` (a new generation, metageneration 1, same bytes and metadata). */
+  moveObject(src: string, dest: string, opts?: Preconditions & { ifSourceGenerationMatch?: string }): Promise<WrittenObject>;
+  /** Changes custom metadata (a null value removes a key) and contentType; the metageneration grows by one. */
+  patchMetadata(name: string, opts: Preconditions & { metadata?: Record<string, string | null>; contentType?: string }): Promise<WrittenObject>;
+}
+
+/** A client that reads and writes: what the write path is given. */
+export type WritableObjectClient = ObjectClient & ObjectWriter;

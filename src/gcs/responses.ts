@@ -1,0 +1,72 @@
+// Turning GCS's answers into values and GcsErrors: object resources, error bodies, Retry-After, and
+// transport failures.
+import type { Dispatcher } from 'undici';
+import { GcsError, codeForStatus } from './errors.js';
+import type { ObjectMeta } from './object-client.js';
+
+/** Only what the namespace and the block cache use: small responses, cheap to parse. */
+export const OBJECT_FIELDS = 'name,size,generation,metageneration,updated,crc32c';
+
+export interface RawObject {
+  name: string;
+  size: string;
+  generation: string;
+  metageneration?: string;
+  updated?: string;
+  crc32c?: string;
+}
+
+export function toMeta(raw: RawObject): ObjectMeta {
+  return {
+    name: raw.name,
+    size: Number(raw.size),
+    generation: raw.generation,
+    metageneration: raw.metageneration ?? '1',
+    updatedMs: raw.updated ? Date.parse(raw.updated) : 0,
+    crc32c: raw.crc32c ?? null,
+  };
+}
+
+export function retryAfterSeconds(header: string | string[] | undefined): number | null {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (!value) return null;
+  const secs = Number(value);
+  if (Number.isFinite(secs)) return Math.max(0, secs);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
+}
+
+/** undici's answers to a request on a pool that close() or destroy() has begun to take down. */
+const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED']);
+
+/**
+ * Network-level failures (resets, refused connections, timeouts) are all worth another attempt; a
+ * client that is closed (the daemon is stopping) is not a fault of GCS and is never retried.
+ */
+export function transportError(err: unknown, what: string): GcsError {
+  if (err instanceof GcsError) return err;
+  const code = (err as { code?: string }).code ?? 'ERR';
+  const message = err instanceof Error ? err.message : String(err);
+  if (CLOSED_CODES.has(code)) return new GcsError('CLOSED', `${what}: ${message}`);
+  return new GcsError('TRANSIENT', `${what}: ${code} ${message}`);
+}
+
+export function errorFromStatus(statusCode: number, retryAfter: string | string[] | undefined, bodyText: string, what: string): GcsError {
+  let detail = '';
+  try {
+    const parsed = JSON.parse(bodyText) as { error?: { message?: string } };
+    detail = parsed.error?.message ?? bodyText.slice(0, 200);
+  } catch {
+    detail = bodyText.slice(0, 200);
+  }
+  return new GcsError(codeForStatus(statusCode), `${what}: HTTP ${statusCode}${detail ? ` ${detail}` : ''}`, statusCode, retryAfterSeconds(retryAfter));
+}
+
+export async function errorFromResponse(res: Dispatcher.ResponseData, what: string): Promise<GcsError> {
+  // A broken socket while reading an error body leaves only the status to report.
+  const text = await res.body.text().catch(() => '');
+  return errorFromStatus(res.statusCode, res.headers['retry-after'], text, what);
+}
+
+/** An error body is read for its message, up to this much. */
+export const ERROR_BODY_LIMIT = 4096;
