@@ -359,13 +359,23 @@ export class Namespace {
   private async fromLookupWalk(folder: string, base: string): Promise<Entry | null | undefined> {
     let walk = this.walkHolding(folder, 'lookup');
     for (let attempt = 0; attempt < 2; attempt++) {
-      walk ??= this.addWalk(Walk.forLookup(this.walkDeps, folder, base));
+      walk ??= this.addWalk(Walk.forLookup(this.walkDeps, folder, attempt === 0 ? base : this.relistFrom(folder, base)));
       const answer = await walk.lookup(folder, base).catch(() => undefined);
       if (answer !== null || this.deps.cache.missingTrusted(walk.startedAt)) return answer;
       this.walks = this.walks.filter((w) => w !== walk);
       walk = null;
     }
     return undefined;
+  }
+
+  /**
+   * Where a walk that replaces one too old to say "no such name" starts: at the name, unless the folder
+   * is known to fit one page, which then lists it whole for the same one request (the kernel is told of
+   * every object that changed in it since, not only that this name is still missing).
+   */
+  private relistFrom(folder: string, base: string): string {
+    const held = this.deps.cache.heldListingCount(folder);
+    return held !== null && held < this.pages.list ? '' : base;
   }
 
   /** Remembers a readdir (for the walk rule) and tells the walk its reader has read the folder. */
