@@ -1,6 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../src/observe/logger.js';
 import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
@@ -227,6 +228,40 @@ describe('operating a mount', () => {
       await unmount(m.path);
     } finally {
       await run('umount', ['-l', logDir]);
+    }
+  });
+});
+
+describe("the daemon's log on a full disk", () => {
+  it('holds 1 MiB of lines, drops and counts the rest, and writes what it held, in order, once there is room', async () => {
+    const dir = await tempDir('logfull');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir])).code).toBe(0);
+    try {
+      const file = join(dir, 'gcsmount.log');
+      const { log, lostLines } = createLogger({ severity: 'info', file });
+      await run('sh', ['-c', `dd if=/dev/zero of=${join(dir, 'filler')} bs=4k 2>/dev/null; true`]);
+      // Lines of one length (numbered, padded), 1.5 MiB in all while no byte can be written.
+      const lines = 1_500;
+      const name = (i: number) => `line ${String(i).padStart(5, '0')}`;
+      const pad = 'x'.repeat(1_000);
+      for (let i = 0; i < lines; i++) log.info({ pad }, name(i));
+      const lost = lostLines();
+      expect(lost).toBeGreaterThan(0);
+      // Room for more than the backlog: the retry (every 2 s) writes what was held.
+      expect((await run('mount', ['-o', 'remount,size=4m', dir])).code).toBe(0);
+      await fsp.rm(join(dir, 'filler'));
+      await eventually(async () => (await fsp.readFile(file, 'utf8')).includes('the log could not be written for a while'));
+      const raw = (await fsp.readFile(file, 'utf8')).trim().split('\n');
+      const parsed = raw.map((l) => JSON.parse(l) as { msg: string; lostLines?: number });
+      // The oldest lines, in order, and exactly those not counted lost: the count is of lines really gone.
+      expect(parsed.filter((l) => l.msg.startsWith('line ')).map((l) => l.msg)).toEqual(Array.from({ length: lines - lost }, (_, i) => name(i)));
+      // As many as the 1 MiB backlog holds, not one fewer.
+      const lineBytes = Buffer.byteLength(raw[0]!) + 1;
+      expect((lines - lost) * lineBytes).toBeLessThanOrEqual(1024 * 1024);
+      expect((lines - lost + 1) * lineBytes).toBeGreaterThan(1024 * 1024);
+      expect(parsed.find((l) => l.msg.startsWith('the log could not be written'))!.lostLines).toBe(lost);
+    } finally {
+      await run('umount', ['-l', dir]);
     }
   });
 });
