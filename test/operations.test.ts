@@ -1,6 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../src/observe/logger.js';
 import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
@@ -198,23 +199,69 @@ describe('operating a mount', () => {
       const pad = 4096 - ((await fsp.stat(m.logFile)).size % 4096);
       await fsp.appendFile(m.logFile, '\n'.repeat(pad));
       await run('sh', ['-c', `dd if=/dev/zero of=${join(logDir, 'filler')} bs=4k 2>/dev/null; true`]);
-      // Every retry is logged: with the log's disk full, each one is a write that fails.
-      tb.emulator.setKnobs({ rate429: 0.4, retryAfterSeconds: null, seed: 11 });
+      // Every retry is logged: with the log's disk full, each one is a write that fails. Seed 7 rolls a
+      // 429 for the first two requests, however few the reads take (seed 11 rolled its first at the
+      // seventh, and since lookups list ahead the reads make fewer: no retry at all).
+      tb.emulator.setKnobs({ rate429: 0.4, retryAfterSeconds: null, seed: 7 });
       try {
         for (const name of ['data/part-1.bin', 'data/deep/nested.bin']) expect(await sha256Of(join(m.path, name))).toBe(sha256(files[name]!));
       } finally {
         tb.emulator.setKnobs({ rate429: 0, rate503: 0 });
       }
       const stats = JSON.parse((await run(GCSMOUNT, ['stats', m.path, '--json'])).stdout) as Stats;
-      expect(stats.counters.gcs_retries).toBeGreaterThan(0);
-      expect(stats.counters).toHaveProperty('log_lines_lost');
+      const retries = stats.counters.gcs_retries!;
+      expect(retries).toBeGreaterThan(0);
+      // A few dozen lines, far below the 1 MiB backlog: all held, none dropped.
+      expect(stats.counters.log_lines_lost).toBe(0);
       await fsp.rm(join(logDir, 'filler'));
       // The lines held back go out within a few seconds, with one saying the log was full.
       await eventually(async () => (await fsp.readFile(m.logFile, 'utf8')).includes('the log could not be written for a while'));
+      // Every retry was logged while the disk was full (none before: no faults then), and each of those
+      // lines reached the file, once.
+      const lines = (await fsp.readFile(m.logFile, 'utf8')).split('\n').filter((l) => l.trim() !== '');
+      const retryLines = lines.filter((l) => (JSON.parse(l) as { msg: string }).msg.startsWith('GCS retry'));
+      expect(retryLines).toHaveLength(retries);
+      expect(new Set(retryLines).size).toBe(retries);
+      const notice = JSON.parse(lines.find((l) => l.includes('the log could not be written for a while'))!) as { lostLines: number };
+      expect(notice.lostLines).toBe(0);
       expect(m.daemon!.exitCode).toBeNull();
       await unmount(m.path);
     } finally {
       await run('umount', ['-l', logDir]);
+    }
+  });
+});
+
+describe("the daemon's log on a full disk", () => {
+  it('holds 1 MiB of lines, drops and counts the rest, and writes what it held, in order, once there is room', async () => {
+    const dir = await tempDir('logfull');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir])).code).toBe(0);
+    try {
+      const file = join(dir, 'gcsmount.log');
+      const { log, lostLines } = createLogger({ severity: 'info', file });
+      await run('sh', ['-c', `dd if=/dev/zero of=${join(dir, 'filler')} bs=4k 2>/dev/null; true`]);
+      // Lines of one length (numbered, padded), 1.5 MiB in all while no byte can be written.
+      const lines = 1_500;
+      const name = (i: number) => `line ${String(i).padStart(5, '0')}`;
+      const pad = 'x'.repeat(1_000);
+      for (let i = 0; i < lines; i++) log.info({ pad }, name(i));
+      const lost = lostLines();
+      expect(lost).toBeGreaterThan(0);
+      // Room for more than the backlog: the retry (every 2 s) writes what was held.
+      expect((await run('mount', ['-o', 'remount,size=4m', dir])).code).toBe(0);
+      await fsp.rm(join(dir, 'filler'));
+      await eventually(async () => (await fsp.readFile(file, 'utf8')).includes('the log could not be written for a while'));
+      const raw = (await fsp.readFile(file, 'utf8')).trim().split('\n');
+      const parsed = raw.map((l) => JSON.parse(l) as { msg: string; lostLines?: number });
+      // The oldest lines, in order, and exactly those not counted lost: the count is of lines really gone.
+      expect(parsed.filter((l) => l.msg.startsWith('line ')).map((l) => l.msg)).toEqual(Array.from({ length: lines - lost }, (_, i) => name(i)));
+      // As many as the 1 MiB backlog holds, not one fewer.
+      const lineBytes = Buffer.byteLength(raw[0]!) + 1;
+      expect((lines - lost) * lineBytes).toBeLessThanOrEqual(1024 * 1024);
+      expect((lines - lost + 1) * lineBytes).toBeGreaterThan(1024 * 1024);
+      expect(parsed.find((l) => l.msg.startsWith('the log could not be written'))!.lostLines).toBe(lost);
+    } finally {
+      await run('umount', ['-l', dir]);
     }
   });
 });

@@ -23,6 +23,9 @@ export interface ListPage {
   items: { name: string; path: string }[];
   prefixes: string[];
   nextPageToken: string | null;
+  /** The page's first and last entries in name order (items and prefixes together); null if empty. */
+  first: string | null;
+  last: string | null;
 }
 
 export class ListQueryError extends Error {}
@@ -164,6 +167,8 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
     items: page.filter((e) => !e.isPrefix).map((e) => ({ name: e.key, path: items.get(e.key)! })),
     prefixes: page.filter((e) => e.isPrefix).map((e) => e.key),
     nextPageToken: rest.length > page.length && last ? encodeToken(last) : null,
+    first: page[0]?.key ?? null,
+    last: last?.key ?? null,
   };
 }
 

@@ -43,6 +43,16 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
   const { store } = ctx.shared;
   if (!(await store.bucketStat(bucket))) throw noSuchBucket();
   const page = await listPage(store, bucket, q);
+  ctx.entry.list = {
+    prefix: q.prefix,
+    delimiter: q.delimiter,
+    startOffset: q.startOffset,
+    endOffset: q.endOffset,
+    token: q.after !== null,
+    count: page.items.length + page.prefixes.length,
+    first: page.first,
+    last: page.last,
+  };
   // Hashing is the expensive part of a listing; skip it unless the caller's `fields` wants it.
   const wantHashes = wantsHashes(fields, ['items']);
   const described = page.items.map((it) => describeKnown(ctx, bucket, it.name, it.path, wantHashes));

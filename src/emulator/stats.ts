@@ -27,6 +27,22 @@ export interface RequestLogEntry {
   endMs: number;
   /** Response body bytes written. */
   bytes: number;
+  /** What a list request asked and got: tests see which names each page returned, not only how many pages. */
+  list: ListLogEntry | null;
+}
+
+export interface ListLogEntry {
+  prefix: string;
+  delimiter: string | null;
+  startOffset: string | null;
+  endOffset: string | null;
+  /** Whether it went on with a page token. */
+  token: boolean;
+  /** Items and prefixes returned. */
+  count: number;
+  /** The first and last of them in name order (a page is one run of the listing): null if none. */
+  first: string | null;
+  last: string | null;
 }
 
 export interface EmulatorStats {
@@ -65,6 +81,7 @@ export class Stats {
       firstByteMs: null,
       endMs: 0,
       bytes: 0,
+      list: null,
     };
   }
 
@@ -91,7 +108,7 @@ export class Stats {
   entries(): RequestLogEntry[] {
     return this.log
       .slice(-MAX_LOG)
-      .map((e) => ({ ...e, range: e.range ? { ...e.range } : null }))
+      .map((e) => ({ ...e, range: e.range ? { ...e.range } : null, list: e.list ? { ...e.list } : null }))
       .sort((a, b) => a.seq - b.seq);
   }
 
