@@ -8,13 +8,15 @@ import { memoryScenario } from './memory.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
 import { statScenario } from './stat.js';
-import { zarrScenario } from './zarr.js';
+import { dropFromPageCache, zarrScenario } from './zarr.js';
+import { zarrV3Scenario } from './zarr-v3.js';
 import { zarrNestedScenario } from './zarr-nested.js';
 
 /** `npm run bench [-- SCENARIO...]`: prints Markdown for bench/RESULTS.md. */
 const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> = {
   metadata: { title: 'Metadata at scale: ls -f of 100,000 objects, 160 random opens, find -ls of 10,000 objects in 100 folders, 30 ms latency', run: metadataScenario },
   zarr: { title: 'Zarr: open + load of a 1 GiB store', run: zarrScenario },
+  'zarr-v3': { title: 'Zarr v3, plain and sharded, cold and warm, and a shuffled loader, against the local copy', run: () => zarrV3Scenario(dropFromPageCache) },
   'zarr-nested': { title: 'Zarr with nested chunk keys: requests in front of a cold load and a shuffled loader, 30 ms and a realistic list cost', run: zarrNestedScenario },
   'data-path': { title: 'Cold reads: sequential, many small files, random, against the download ceiling', run: dataPathScenario },
   index: { title: 'Block index: SQLite at 1,000,000 blocks', run: indexScenario },

@@ -3,6 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { zarrV3Rounds } from './zarr-v3.js';
 import { benchBucket, cleanup, cpuSeconds, daemonPid, mountBench, primeHashes, sh, type BenchBucket } from './harness.js';
 
 /**
@@ -157,6 +158,7 @@ export async function zarrScenario(): Promise<string> {
       await fsp.rm(rcloneCold, { recursive: true, force: true });
     }
     const prefetchRows = rows.splice(firstRows);
+    const v3 = await zarrV3Rounds(b, dropFromPageCache);
 
     const baseline = rows[0]!.seconds;
     const mb = Number(storeBytes) / 1e6;
@@ -194,6 +196,8 @@ export async function zarrScenario(): Promise<string> {
       '',
       'CPU: the reader is python\'s own CPU time during open + load; the mount is the gcsmount daemon or the rclone process; ' +
         'the emulator runs in a process of its own. All CPU over the cores is the shortest the round could take on this machine were every core busy throughout.',
+      '',
+      v3,
     ].join('\n');
   } finally {
     for (const mounted of live) await mounted.unmount().catch(() => undefined);
@@ -202,7 +206,7 @@ export async function zarrScenario(): Promise<string> {
 }
 
 /** Evicts the store's files from the page cache (POSIX_FADV_DONTNEED), leaving the rest of the machine's alone. */
-async function dropFromPageCache(dir: string): Promise<void> {
+export async function dropFromPageCache(dir: string): Promise<void> {
   const code = `
 import os, sys
 for d, _, files in os.walk(sys.argv[1]):

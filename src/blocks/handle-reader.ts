@@ -5,7 +5,10 @@ import type { BlockSource } from './block-source.js';
 import type { ReadaheadBudget } from './readahead-budget.js';
 
 export interface HandleReaderConfig {
-  /** The most blocks one file may have fetched ahead of its reader (gcsfuse's --sequential-read-size-mb). */
+  /**
+   * The most blocks one file may have fetched ahead of its reader (gcsfuse's --sequential-read-size-mb);
+   * 0 for none (a shard whose reads the prefetcher follows: it fetches what the reader wants next).
+   */
   maxWindowBlocks: number;
   budget: ReadaheadBudget;
   /** The mount's memory budget: a handle gives back the blocks it holds when a read waits for memory. */
@@ -195,7 +198,7 @@ export class HandleReader {
     if (sequential) {
       const frontierBlock = Math.floor((this.frontier - 1) / bs);
       const lastBlockOfObject = Math.floor((this.meta.size - 1) / bs);
-      for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + this.window); b++) {
+      for (let b = frontierBlock + 1; b <= Math.min(lastBlockOfObject, frontierBlock + Math.min(this.window, this.cfg.maxWindowBlocks)); b++) {
         if (this.held.has(b)) continue;
         // Readahead is a guess: skipped when memory is short or a read waits for it.
         if (this.cfg.memory && !this.cfg.memory.admits(bs, 'readahead')) break;

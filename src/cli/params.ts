@@ -460,7 +460,7 @@ export const PARAMS = [
     configKey: 'gcsmount.prefetch.zarr',
     type: 'bool',
     default: true,
-    help: 'gcsmount: when a chunk file of a Zarr array (v2 or v3, grid and key encoding from its metadata) is opened, fetch the chunks a reader walking in C order opens next, before they are opened; missing (fill-value) chunks are never requested',
+    help: 'gcsmount: when a chunk file of a Zarr array (v2 or v3, grid and key encoding from its metadata or the store\'s consolidated metadata) is opened, fetch the chunks a reader walking in C order opens next, before they are opened; in sharded v3 arrays, the inner chunks read next, within and across shards (each shard\'s index read once); missing (fill-value) chunks are never requested',
     group: 'Downloads',
     effect: 'effective',
   },

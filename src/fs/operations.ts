@@ -286,18 +286,23 @@ export function createOperations(deps: OperationDeps): Operations {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
         const meta = handles.generationFor(path, entry.meta);
-        const reader = new HandleReader(deps.blocks, meta, deps.reader);
+        // A shard whose reads the prefetcher follows (zarr opens it once per inner chunk): every read must
+        // reach it at the offset the reader asked, so neither the native side nor the kernel's page cache
+        // and readahead (which sends whole aligned megabytes, neighbours included) answers for it, and the
+        // handle reads nothing ahead (a block past one inner chunk is a guess the prefetcher makes better).
+        const followed = deps.prefetcher?.followsReads(meta) ?? false;
+        const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0 } : deps.reader);
         const fh = handles.add(path, reader);
         // Blocks of this generation already on disk are read natively from the first read on.
         const file = fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
-        deps.native?.register(file, meta, 0);
+        if (!followed) deps.native?.register(file, meta, 0);
         files.set(fh, file);
         // The kernel's pages of this inode stay while they belong to the generation this open reads
         // (libfuse 2's auto_cache did this by size and mtime); otherwise the open drops them.
         const node = inodes.node(ino);
         const keep = node !== undefined && node.cachedGeneration === meta.generation;
         if (node) node.cachedGeneration = meta.generation;
-        if (!a.open(fh, keep ? OPEN_FLAGS.KEEP_CACHE : 0, file)) {
+        if (!a.open(fh, (keep ? OPEN_FLAGS.KEEP_CACHE : 0) | (followed ? OPEN_FLAGS.DIRECT_IO : 0), file)) {
           reader.close();
           handles.remove(fh);
           files.delete(fh);
@@ -314,6 +319,8 @@ export function createOperations(deps: OperationDeps): Operations {
     if (fallback) deps.native?.gaveBack(damagedKey, fallback);
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
+    // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
+    deps.prefetcher?.read(reader.meta, pos);
     // Within one block that is here already: the kernel copies straight out of the block's memory.
     const view = reader.view(pos, size);
     if (view) {
@@ -323,7 +330,7 @@ export function createOperations(deps: OperationDeps): Operations {
     // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
     // or this handle is already fetching them: a cold reader's blocks are held before they arrive).
     const file = files.get(fh);
-    if (deps.native && file && !fallback && !reader.holds(pos, size)) {
+    if (deps.native && file && !fallback && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
       const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
       if (until > 0) return reader.servedElsewhere(until);
     }

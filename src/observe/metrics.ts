@@ -77,7 +77,7 @@ export const COUNTERS = {
   memory_readahead_skipped: 'times readahead was held back because the memory budget was short or a read waited for memory (checked at each read of a sequential reader)',
   memory_prefetch_skipped: 'prefetch downloads (a file, or a block) not started because the memory budget was short or a read waited for memory',
   memory_reclaims: 'holders asked to give memory back for a waiting read (prefetched blocks, blocks behind or ahead of readers)',
-  prefetch_consolidated_layouts: "Zarr v2 arrays whose layout came from the store's consolidated .zmetadata (no GET of their .zarray)",
+  prefetch_consolidated_layouts: "Zarr arrays whose layout came from the store's consolidated metadata (.zmetadata, or v3's root zarr.json): no GET of their own",
 } as const;
 
 /** Values read when a snapshot is taken, not counted. */

@@ -4,6 +4,8 @@
  * last dimension fastest) and back. Pure: no I/O, so the prediction logic is unit-tested on its own.
  */
 
+import { parseSharding, type Sharding } from './zarr-shard.js';
+
 export interface ZarrLayout {
   /** Chunks (v3 sharded arrays: shards, which are the files) per dimension. */
   grid: number[];
@@ -11,6 +13,8 @@ export interface ZarrLayout {
   separator: '.' | '/';
   /** Before the indices: '' for v2 and v3's "v2" encoding, 'c' + separator for v3's default encoding. */
   prefix: string;
+  /** v3 sharding_indexed: how inner chunks sit in each shard; absent for unsharded arrays. */
+  sharding?: Sharding;
 }
 
 /** The metadata file names that mark a folder as a Zarr array. */
@@ -24,6 +28,11 @@ export function parseArrayMetadata(fileName: string, text: string): ZarrLayout |
   } catch {
     return null;
   }
+  return layoutOfDocument(fileName, doc);
+}
+
+/** The same from the parsed document (consolidated metadata holds them parsed already). */
+export function layoutOfDocument(fileName: string, doc: unknown): ZarrLayout | null {
   if (typeof doc !== 'object' || doc === null) return null;
   const d = doc as Record<string, unknown>;
   if (fileName === '.zarray') return v2Layout(d);
@@ -47,13 +56,15 @@ function v3Layout(d: Record<string, unknown>): ZarrLayout | null {
   // A sharded array's chunk_grid is the shard shape: shards are the files, which is what we fetch.
   const chunks = intArray(grid.configuration?.chunk_shape);
   if (!chunks || chunks.length !== shape.length) return null;
+  const sharding = parseSharding(shape, chunks, d.codecs);
+  const withSharding = (l: ZarrLayout): ZarrLayout => (sharding ? { ...l, sharding } : l);
   const enc = (d.chunk_key_encoding ?? { name: 'default' }) as { name?: unknown; configuration?: { separator?: unknown } };
   if (enc.name === 'v2') {
-    return { grid: gridOf(shape, chunks), separator: enc.configuration?.separator === '/' ? '/' : '.', prefix: '' };
+    return withSharding({ grid: gridOf(shape, chunks), separator: enc.configuration?.separator === '/' ? '/' : '.', prefix: '' });
   }
   if (enc.name !== 'default') return null;
   const sep = enc.configuration?.separator === '.' ? '.' : '/';
-  return { grid: gridOf(shape, chunks), separator: sep, prefix: `c${sep}` };
+  return withSharding({ grid: gridOf(shape, chunks), separator: sep, prefix: `c${sep}` });
 }
 
 function intArray(v: unknown): number[] | null {

@@ -1,0 +1,180 @@
+import { blockId, fileId, type BlockSource } from '../blocks/block-source.js';
+import type { Priority } from '../blocks/download-scheduler.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
+import type { Logger } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import { childPath } from '../namespace/paths.js';
+import { remember } from './array-finder.js';
+import type { PrefetchStore } from './prefetch-store.js';
+import { ReadStream } from './read-stream.js';
+import { keyOfIndices, type ZarrLayout } from './zarr-layout.js';
+import { arrayOrder, entryAt, indexRange, insideArray, parseShardIndex, shardOrder, type InnerOrder, type ShardIndex, type Sharding } from './zarr-shard.js';
+
+export interface ShardFollowerDeps {
+  blocks: BlockSource;
+  store: PrefetchStore;
+  metrics: Metrics;
+  log: Logger;
+  /** The file at a path, from the folder's names (a lookup), or null: a missing shard is all fill value. */
+  file(path: string): Promise<ObjectMeta | null>;
+  /** Waits for one of the prefetch download slots; false once the prefetcher is closed. */
+  turn(): Promise<boolean>;
+  /** Starts fetching blocks of a file within the budgets; false when a budget says stop. */
+  start(meta: ObjectMeta, blocks: number[]): boolean;
+}
+
+/** One way of walking the inner chunks, with the stream that says whether the reader walks it. */
+interface Walk {
+  order: InnerOrder;
+  stream: ReadStream;
+  /** The furthest position fetched or on its way in this stream's epoch (a round asks only beyond it). */
+  planned: number | null;
+  plannedEpoch: number;
+}
+
+export interface ShardedArray {
+  root: string;
+  layout: ZarrLayout;
+  sharding: Sharding;
+  walks: Walk[];
+}
+
+/**
+ * Follows readers through the inner chunks of sharded Zarr v3 arrays. zarr reads a shard's index, then
+ * each inner chunk by range, opening the shard again for each: an open says nothing about where the
+ * reader is, so progress is taken from the reads themselves (offset -> inner chunk, by the index), and
+ * inner chunks are fetched ahead (the blocks that hold them) in the order the reader walks, across
+ * shards. Each shard's index is read once (sized from the codec, so before the reader asks) and kept.
+ */
+export class ShardFollower {
+  /** Index per shard generation: loading or loaded (null: unreadable, not followed). */
+  private readonly indexes = new Map<string, Promise<ShardIndex | null>>();
+  /** The same, once here: reads look it up synchronously. */
+  private readonly parsed = new Map<string, ShardIndex>();
+  /** Shards opened, per generation: their array and chunk indices, for their reads. */
+  private readonly opened = new Map<string, { array: ShardedArray; shard: number[] }>();
+  /** Blocks asked for already: a later round of an overlapping stream does not ask again. */
+  private readonly asked = new Map<string, true>();
+
+  constructor(private readonly deps: ShardFollowerDeps) {}
+
+  static array(root: string, layout: ZarrLayout, sharding: Sharding, maxAhead: number): ShardedArray {
+    // Two walks: C order over the array's inner chunks (dask tasks of inner-chunk size cross shards) and
+    // shard by shard (a reader of whole shards). Each has its own stream; whichever the reader follows
+    // runs ahead, the other keeps seeing jumps and asks for nothing.
+    const orders = [arrayOrder(sharding), shardOrder(sharding, layout.grid)];
+    // A 1-d array walks both the same way: one stream is enough.
+    const walks = (layout.grid.length <= 1 ? orders.slice(0, 1) : orders).map((order) => ({ order, stream: new ReadStream(maxAhead), planned: null, plannedEpoch: 0 }));
+    return { root, layout, sharding, walks };
+  }
+
+  /** A shard was opened: its reads are followed from now, and its index is loaded (the reader wants it first). */
+  shardOpened(array: ShardedArray, shard: number[], meta: ObjectMeta): void {
+    remember(this.opened, fileId(meta), { array, shard });
+    void this.indexOf(array.sharding, meta, 'demand');
+  }
+
+  /** Whether this shard generation was opened and is followed. */
+  follows(meta: ObjectMeta): boolean {
+    return this.opened.has(fileId(meta));
+  }
+
+  /** A read at `pos` of an open file: if it is an inner chunk of a followed shard, the walk moves. */
+  read(meta: ObjectMeta, pos: number): void {
+    const id = fileId(meta);
+    const shard = this.opened.get(id);
+    const index = shard && this.parsed.get(id);
+    if (!shard || !index) return;
+    const entry = entryAt(index, pos);
+    if (entry < 0) return;
+    for (const walk of shard.array.walks) {
+      const advice = walk.stream.observe(walk.order.positionOf({ shard: shard.shard, entry }));
+      if (!advice) continue;
+      const epoch = walk.stream.epoch;
+      if (walk.plannedEpoch !== epoch || walk.planned === null) walk.planned = advice.from;
+      walk.plannedEpoch = epoch;
+      const positions: number[] = [];
+      for (let i = 1; i <= advice.distance; i++) {
+        const p = advice.from + i * advice.direction;
+        if (p < 0 || p >= walk.order.total) break;
+        if ((p - walk.planned) * advice.direction > 0) positions.push(p);
+      }
+      if (positions.length === 0) continue;
+      walk.planned = positions[positions.length - 1]!;
+      this.fetchAhead(shard.array, walk, positions, epoch).catch((err: unknown) => this.deps.log.debug({ err: String(err) }, 'shard prefetch failed'));
+    }
+  }
+
+  private async fetchAhead(array: ShardedArray, walk: Walk, positions: number[], epoch: number): Promise<void> {
+    const { metrics } = this.deps;
+    for (const p of positions) {
+      if (!(await this.deps.turn()) || walk.stream.epoch !== epoch) return;
+      const chunk = walk.order.chunkAt(p);
+      if (!insideArray(array.sharding, chunk)) continue;
+      const meta = await this.deps.file(childPath(array.root, keyOfIndices(array.layout, chunk.shard)));
+      const index = meta ? await this.indexOf(array.sharding, meta, 'prefetch') : null;
+      const range = index?.[chunk.entry];
+      if (!meta || !range) {
+        // A missing shard, or an empty inner chunk in one: fill value, nothing to fetch.
+        if (!meta || index) metrics.inc('prefetch_fill_skipped');
+        continue;
+      }
+      const bs = this.deps.blocks.blockSize;
+      const wanted: number[] = [];
+      for (let b = Math.floor(range.offset / bs); b <= Math.floor((range.offset + range.nbytes - 1) / bs); b++) {
+        const id = blockId(meta, b);
+        if (this.asked.has(id) || this.deps.blocks.cached(meta, b)) continue;
+        wanted.push(b);
+      }
+      if (wanted.length === 0) continue;
+      if (!this.deps.start(meta, wanted)) return;
+      for (const b of wanted) remember(this.asked, blockId(meta, b), true);
+    }
+  }
+
+  /**
+   * The shard's index, read once per generation through the block source (so the reader's own read of
+   * it finds it there) and kept. Its place and size come from the codec: no read of the shard first.
+   */
+  private indexOf(sharding: Sharding, meta: ObjectMeta, priority: Priority): Promise<ShardIndex | null> {
+    const id = fileId(meta);
+    const known = this.indexes.get(id);
+    if (known) return known;
+    const loading = this.loadIndex(sharding, meta, priority).then((index) => {
+      if (index) remember(this.parsed, id, index);
+      else this.indexes.delete(id);
+      return index;
+    });
+    remember(this.indexes, id, loading);
+    return loading;
+  }
+
+  private async loadIndex(sharding: Sharding, meta: ObjectMeta, priority: Priority): Promise<ShardIndex | null> {
+    const range = indexRange(sharding, meta.size);
+    if (!range) return null;
+    const { blocks, store } = this.deps;
+    const bs = blocks.blockSize;
+    const parts: Buffer[] = [];
+    try {
+      for (let b = Math.floor(range.start / bs); b <= Math.floor((range.end - 1) / bs); b++) {
+        const data = await blocks.get(meta, b, priority);
+        try {
+          const from = Math.max(range.start, b * bs) - b * bs;
+          const to = Math.min(range.end, b * bs + data.bytes.length) - b * bs;
+          parts.push(Buffer.from(data.bytes.subarray(from, to)));
+          // Without a disk cache the block waits in memory for the reader's own read of the index.
+          if (priority === 'prefetch' && store.holdsInMemory) {
+            store.started(meta);
+            store.arrived(meta, b, data.retain());
+          }
+        } finally {
+          data.release();
+        }
+      }
+    } catch {
+      // Skipped for memory, or the download failed: asked again by the next round that needs it.
+      return null;
+    }
+    return parseShardIndex(sharding, Buffer.concat(parts), meta.size);
+  }
+}

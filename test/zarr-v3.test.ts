@@ -1,0 +1,168 @@
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { layoutOfDocument } from '../src/prefetch/zarr-layout.js';
+import { parseShardIndex, indexRange } from '../src/prefetch/zarr-shard.js';
+import { cleanupAll, eventually, mount, mountStats, REPO, run, startBucket, tempDir, unmount, type TestBucket } from './helpers/harness.js';
+
+/**
+ * Zarr v3 as zarr-python 3 writes it, judged by the emulator's request log: sharded arrays (index at the
+ * end and at the start, inner chunks in C and in Fortran order in the file, a missing shard, partial
+ * shards at the edges, an empty inner chunk) read the way zarr reads them (the index by range, then each
+ * inner chunk by range, re-opening the shard for each), and a consolidated store. The stores are written
+ * by test/fixtures/make_v3_zarr.mjs and read by test/fixtures/read_v3_zarr.mjs, another process, which
+ * compares every chunk with the local copy.
+ */
+
+const MIB = 1024 * 1024;
+/** Small blocks and no whole-object reads: shards of a few MB behave as 50-100 MB ones do at 4 MiB. */
+const MOUNT_ARGS = ['--block-size-mb', '1', '--whole-object-threshold-mb', '0'];
+const N = 300_000;
+/** 3 x 11 inner chunks of 300 kB, shards of 2 x 4 of them: partial shards at the bottom and the right. */
+const GRID = { shape: [3, 11 * N - 1000], chunk: [1, N], shard: [2, 4 * N], missingShards: [[0, 1]], emptyChunks: [[2, 0]] };
+const SEQ = {
+  arrays: [
+    { path: 'end', ...GRID },
+    { path: 'start', ...GRID, indexAt: 'start', order: 'F' },
+    // Inner chunks of exactly one block: what a shuffled reader reads is what a block holds.
+    { path: 'big', shape: [1, 64 * MIB], chunk: [1, MIB], shard: [1, 16 * MIB] },
+  ],
+};
+const CONS = {
+  consolidated: true,
+  groups: ['inner'],
+  arrays: [
+    { path: 'a', shape: [2, 8 * 1000], chunk: [1, 1000] },
+    { path: 'inner/b', ...GRID },
+  ],
+};
+
+interface ReadResult {
+  chunks: number;
+  bytes: number;
+  fills: number;
+  mismatches: string[];
+}
+
+describe('Zarr v3: sharded arrays and consolidated metadata', () => {
+  let tb: TestBucket;
+  let local: string;
+  const media = () => tb.emulator.requestLog().filter((e) => e.kind === 'media');
+  const anyOf = (name: string) => tb.emulator.requestLog().filter((e) => e.object === name);
+
+  beforeAll(async () => {
+    tb = await startBucket('zarrv3', { latencyMs: 20 });
+    local = join(tb.root, tb.bucket);
+    for (const [store, spec] of [['seq', SEQ], ['cons', CONS]] as const) {
+      const r = await run(process.execPath, [join(REPO, 'test/fixtures/make_v3_zarr.mjs'), join(local, store), JSON.stringify(spec)]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+    if (tb) await fsp.rm(tb.root, { recursive: true, force: true });
+  });
+
+  async function read(root: string, array: string, ...args: string[]): Promise<ReadResult> {
+    const r = await run(process.execPath, [join(REPO, 'test/fixtures/read_v3_zarr.mjs'), root, local.replace(/\/$/, '') + root.slice(root.lastIndexOf('/')), array, ...args], { timeoutMs: 60_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const result = JSON.parse(r.stdout.trim().split('\n').pop()!) as ReadResult;
+    expect(result.mismatches).toEqual([]);
+    return result;
+  }
+
+  /** The block of shard `key` (of array `array` in store `store`) that holds its entry `entry`, from the local copy. */
+  async function blockOf(store: string, array: string, key: string, entry: number): Promise<number> {
+    const layout = layoutOfDocument('zarr.json', JSON.parse(await fsp.readFile(join(local, store, array, 'zarr.json'), 'utf8')))!;
+    const bytes = await fsp.readFile(join(local, store, array, key));
+    const r = indexRange(layout.sharding!, bytes.length)!;
+    const index = parseShardIndex(layout.sharding!, bytes.subarray(r.start, r.end), bytes.length)!;
+    return Math.floor(index[entry]!.offset / MIB);
+  }
+
+  const fetched = (object: string, block: number) => media().some((e) => e.object === object && (e.range?.start ?? 0) === block * MIB);
+
+  /** No block of any object asked twice (the shard index, inner chunks, prefetched or read). */
+  function expectNoRepeats(): void {
+    const seen = new Set<string>();
+    for (const e of media()) {
+      const key = `${e.object} ${e.range?.start ?? 0}`;
+      expect(seen.has(key), `${key} fetched twice`).toBe(false);
+      seen.add(key);
+    }
+  }
+
+  const cases = [
+    // C order over the array: from the 4th chunk of row 0, the walk goes through the missing shard 0/1
+    // (fill: nothing asked) to shard 0/2, which the reader has not touched.
+    { array: 'end', label: 'index at the end, inner chunks in C order, read in C order over the array', order: 'c', first: 4, ahead: { key: 'c/0/2', entry: 1 } },
+    // Shard by shard: six inner chunks of shard 0/0, then (past the missing 0/1) shard 0/2's entry 2,
+    // which in Fortran order lies in its second block.
+    { array: 'start', label: 'index at the start, inner chunks in Fortran order, read shard by shard', order: 'shard', first: 6, ahead: { key: 'c/0/2', entry: 2 } },
+  ];
+  for (const c of cases) {
+    it(`sharded, ${c.label}: inner chunks fetched ahead across shards, each block once, the warm epoch costs no media request`, { timeout: 120_000 }, async () => {
+      const m = await mount({ tb, args: [...MOUNT_ARGS, '--cache-dir', await tempDir('v3-cache')] });
+      const root = join(m.path, 'seq');
+      tb.emulator.resetStats();
+      await read(root, c.array, '--order', c.order, '--count', String(c.first));
+      const object = `seq/${c.array}/${c.ahead.key}`;
+      const block = await blockOf('seq', c.array, c.ahead.key, c.ahead.entry);
+      if (c.order === 'shard') expect(block).toBeGreaterThan(0);
+      // Not read yet by anyone: there only if the prefetcher followed the reader into the next shard.
+      await eventually(async () => fetched(object, block), 15_000).catch((err: unknown) => {
+        console.log(media().map((e) => `${e.object} ${e.range?.start}`).join('\n'));
+        throw err;
+      });
+      const all = await read(root, c.array, '--order', c.order);
+      expect(all.fills).toBe(8 + 1); // the missing shard's 2 x 4 chunks, and the empty one
+      expectNoRepeats();
+      expect(anyOf(`seq/${c.array}/c/0/1`).filter((e) => e.kind === 'media')).toEqual([]);
+      const counters = (await mountStats(m.path)).counters;
+      expect(counters.prefetch_bytes).toBeGreaterThan(0);
+      expect(counters.prefetch_fill_skipped).toBeGreaterThan(0);
+
+      tb.emulator.resetStats();
+      await read(root, c.array, '--order', c.order);
+      expect(media()).toEqual([]);
+      await unmount(m.path);
+    });
+  }
+
+  it('sharded, a shuffled reader of a fifth of the inner chunks fetches no more than 1.5x the bytes it reads', { timeout: 120_000 }, async () => {
+    const m = await mount({ tb, args: [...MOUNT_ARGS, '--cache-dir', await tempDir('v3-cache')] });
+    tb.emulator.resetStats();
+    const r = await read(join(m.path, 'seq'), 'big', '--order', 'shuffle', '--count', '13');
+    await new Promise((done) => setTimeout(done, 500)); // anything fetched ahead lands in the log
+    const bytes = media().filter((e) => e.object!.startsWith('seq/big/c/')).reduce((n, e) => n + e.bytes, 0);
+    console.log(`shuffled sharded reader: read ${r.bytes} bytes of inner chunks, fetched ${bytes}`);
+    expect(bytes).toBeGreaterThanOrEqual(r.bytes);
+    expect(bytes).toBeLessThanOrEqual(1.5 * r.bytes);
+    await unmount(m.path);
+  });
+
+  it("consolidated v3 store: array layouts from the root's zarr.json, no GET of any array's or group's zarr.json", { timeout: 60_000 }, async () => {
+    const m = await mount({ tb, args: [...MOUNT_ARGS, '--cache-dir', await tempDir('v3-cache')] });
+    const root = join(m.path, 'cons');
+    tb.emulator.resetStats();
+    await read(root, 'a', '--consolidated', '--count', '4');
+    await eventually(async () => fetched('cons/a/c/0/4', 0) && fetched('cons/a/c/0/5', 0)).catch(async (err: unknown) => {
+      console.log(media().map((e) => `${e.object} ${JSON.stringify(e.range)}`).join('\n'));
+      console.log((await fsp.readFile(m.logFile, 'utf8')).split('\n').filter((l) => /prefetch|rror/.test(l)).join('\n'));
+      throw err;
+    });
+    await read(root, 'inner/b', '--consolidated', '--count', '4');
+    const block = await blockOf('cons', 'inner/b', 'c/0/2', 1);
+    await eventually(async () => fetched('cons/inner/b/c/0/2', block)).catch(async (err: unknown) => {
+      console.log(block, media().map((e) => `${e.object} ${JSON.stringify(e.range)}`).join('\n'));
+      console.log((await fsp.readFile(m.logFile, 'utf8')).split('\n').filter((l) => /prefetch|rror|shard/.test(l)).join('\n'));
+      throw err;
+    });
+    expect(anyOf('cons/zarr.json').filter((e) => e.kind === 'media').length).toBe(1);
+    for (const name of ['cons/a/zarr.json', 'cons/inner/zarr.json', 'cons/inner/b/zarr.json']) expect(anyOf(name), name).toEqual([]);
+    expect((await mountStats(m.path)).counters.prefetch_consolidated_layouts).toBe(2);
+    await unmount(m.path);
+  });
+});
