@@ -73,7 +73,9 @@ describe('one memory budget per mount', () => {
     // Every reader is done: nothing in use at once, and the memory goes back to the system in seconds.
     expect((await mountStats(m.path)).gauges.memory_in_use_bytes).toBe(0);
     await eventually(async () => (await mountStats(m.path)).gauges.memory_block_buffers_resident_bytes === 0, 5000);
-    await eventually(async () => (await status(pid)).rss - before.rss < 32 * MIB, 5000).catch(async (e) => {
+    // Measured: 25-33 MiB above the idle RSS once the buffers are back and the idle GC and malloc_trim
+    // ran (more on a loaded machine), 50 MiB without them: 40 tells the two apart.
+    await eventually(async () => (await status(pid)).rss - before.rss < 40 * MIB, 10_000).catch(async (e) => {
       throw new Error(`${(e as Error).message}: RSS ${(await status(pid)).rss / MIB} MiB, ${before.rss / MIB} MiB before, block buffers ${(await mountStats(m.path)).gauges.memory_block_buffers_resident_bytes}`);
     });
     await unmount(m.path);

@@ -74,6 +74,8 @@ export class Walk {
   /** Complete folders (relative to root): one not cached any more was evicted, not empty. */
   private readonly completed = new Set<string>();
   private credits = 0;
+  /** Started at the folder's first name: its first page is the whole folder, or most of it. */
+  private whole = false;
 
   private constructor(
     private readonly deps: WalkDeps,
@@ -118,6 +120,7 @@ export class Walk {
   /** A lookup walk of `root`, started by a lookup of `base` in it (its first page starts there). */
   static forLookup(deps: WalkDeps, root: string, base: string): Walk {
     const walk = new Walk(deps, 'lookup', root);
+    walk.whole = base === '';
     deps.metrics.inc('meta_lookup_walks');
     walk.lister.start(base, false);
     return walk;
@@ -181,6 +184,9 @@ export class Walk {
    * tell (the folder it completed is no longer cached), ask GCS.
    */
   async lookup(folder: string, base: string): Promise<Entry | null | undefined> {
+    // A walk started at its folder's first name (a small folder listed whole) answers from that page:
+    // a part cut at this name meanwhile would be a second request for names the page holds.
+    if (this.whole) await this.lister.cover('');
     const rel = this.rel(folder);
     const key = rel === '' ? base : `${rel}/${base}`;
     const dirKnown = () => this.entryIn(folder, rel, base)?.kind === 'dir';
