@@ -96,6 +96,18 @@ export async function metadataScenario(): Promise<string> {
       `during the ${picks.length} opens: daemon ${((mPid ? await cpuSeconds(mPid) : 0) - cpuBefore.daemon).toFixed(2)} CPU-s, ` +
         `emulator ${emulatorCpu.toFixed(2)} CPU-s`,
     );
+    // The same opens through a baseline build on a fresh mount, when one is given (GCSMOUNT_BASELINE_BIN).
+    const baseline = process.env.GCSMOUNT_BASELINE_BIN;
+    if (baseline) {
+      await b.emulator.setKnobs({ latencyMs: 0 });
+      const bm = await mountBench(b, [], baseline);
+      await b.emulator.setKnobs({ latencyMs: LATENCY_MS, listMsPerEntry: LIST_MS_PER_ENTRY });
+      await b.emulator.resetStats();
+      const baseOpens = await timed(() => openAll(picks.map((p) => join(bm.path, 'big', p))));
+      const baseRequests = (await b.emulator.stats()).requests;
+      rows.push(row(`the same opens, baseline ${process.env.GCSMOUNT_BASELINE_LABEL ?? baseline}: ${(baseRequests.total / picks.length).toFixed(2)} requests per open`, baseOpens.seconds, baseRequests, localOpens.seconds, ''));
+      await bm.unmount();
+    }
     // Pages ahead that the opens paid for may still be under way; let them end before the next figure.
     await new Promise((r) => setTimeout(r, 5_000));
     await b.emulator.resetStats();

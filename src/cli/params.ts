@@ -439,7 +439,7 @@ export const PARAMS = [
     configKey: 'gcsmount.memory-limit-mb',
     type: 'int',
     default: DEFAULT_MEMORY_LIMIT_MB,
-    help: 'gcsmount (gcsfuse has no such flag; its --read-global-max-blocks bounds buffered reads only): one memory budget for the whole mount, in MiB, that block buffers of reads, readahead and prefetch draw on; a read waits for memory rather than allocating past it, readahead and prefetch are skipped when it is short; default 1/8 of RAM within 256-4096',
+    help: 'gcsmount (gcsfuse has no such flag; its --read-global-max-blocks bounds buffered reads only): the daemon\'s memory limit, in MiB: block buffers of reads, readahead and prefetch draw on one budget, what is left of the limit after the daemon\'s own memory at start and 64 MiB kept for reads in progress; a read waits for memory rather than allocating past it, readahead and prefetch are skipped when it is short; default 1/8 of RAM within 256-4096',
     group: 'Downloads',
     effect: 'effective',
     min: 8,

@@ -7,7 +7,7 @@ import { releaseIdleMemory } from '../block-memory.js';
 import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
-import { NativeReads } from '../fs/native-reads.js';
+import { NATIVE_MEMORY_BYTES, NativeReads } from '../fs/native-reads.js';
 import { createOperations } from '../fs/operations.js';
 import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
 import { Prefetcher } from '../prefetch/prefetcher.js';
@@ -214,7 +214,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
   });
   const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
-  const memory = mountMemoryBudget(opts, blockSize, log, metrics);
+  const memory = mountMemoryBudget(opts, blockSize, disk ? NATIVE_MEMORY_BYTES : 0, log, metrics);
   const buffers = new BlockBuffers({
     blockSize,
     budget: memory,

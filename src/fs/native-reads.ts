@@ -13,7 +13,7 @@ import { FALLBACK, type FuseAddon, type FuseRequest, type NativeFile } from './k
  */
 const WINDOW_BLOCKS = 16;
 /** Memory for blocks being answered from, and read ahead for sequential readers (a cap, not a reservation). */
-const NATIVE_MEMORY_BYTES = 128 * 1024 * 1024;
+export const NATIVE_MEMORY_BYTES = 128 * 1024 * 1024;
 const MIN_SLOTS = 4;
 /** Block memory unused this long goes back to the system. */
 const IDLE_SECS = 30;
