@@ -1,17 +1,9 @@
 import type { ListPage, ListRequest, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import { mulberry32 } from '../emulator/faults.js';
 import { compareNames } from '../name-order.js';
 
-/** A seeded PRNG (mulberry32): the same seed gives the same schedule, so a failure can be replayed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded PRNG: the same seed gives the same schedule, so a failure can be replayed. */
+export const seededRandom = mulberry32;
 
 /**
  * A bucket in memory that answers objects.list as GCS does (prefix, delimiter, startOffset, endOffset,
