@@ -10,7 +10,7 @@ const PY = '/usr/bin/python3';
 
 const opCount = (s: MountStats, op: string): number => s.fuseOps[op]?.count ?? 0;
 const PLUS_FILES = 600;
-/** One past READDIRPLUS_MAX_ENTRIES (src/fs/operations.ts): a folder listed bare. */
+/** One past READDIRPLUS_MAX_ENTRIES (src/fs/ops-dirs.ts): a folder listed bare. */
 const HUGE_FILES = 10_001;
 
 /** The most requests of one kind the emulator was answering at the same moment. */

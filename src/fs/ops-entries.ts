@@ -1,0 +1,105 @@
+import type { ObjectMeta } from '../gcs/object-client.js';
+import type { Entry } from '../namespace/entry.js';
+import { childPath } from '../namespace/paths.js';
+import { statFor } from './attributes.js';
+import { Errno, errnoFor } from './errno.js';
+import type { Attr } from './kernel.js';
+import type { Answer, OpContext } from './operations.js';
+
+/**
+ * A bucket has no capacity: report a huge constant one, as gcsfuse does (1 PiB free, and inodes to
+ * match), so `df` and tools that check for space before writing or copying are happy. A 1 MiB block
+ * size (also the preferred I/O size gcsfuse reports) keeps the counts small.
+ */
+const STATFS = [
+  2 ** 20, // bsize
+  2 ** 20, // frsize
+  2 ** 30, // blocks
+  2 ** 30, // bfree
+  2 ** 30, // bavail
+  2 ** 30, // files
+  2 ** 30, // ffree
+  2 ** 30, // favail
+  0, // fsid
+  1, // flag: ST_RDONLY
+  255, // namemax
+];
+
+/** Names and attributes: LOOKUP, FORGET, GETATTR and STATFS. */
+export class EntryOps {
+  constructor(private readonly ctx: OpContext) {}
+
+  lookup(a: Answer, parent: number, name: string): void {
+    const { inodes, handles, deps } = this.ctx;
+    const { timeouts } = deps;
+    const dir = inodes.path(parent);
+    if (dir === undefined) return a.error(Errno.ESTALE);
+    const path = childPath(dir, name);
+    const answer = (entry: Entry | null): void => {
+      if (!entry) {
+        if (timeouts.negativeSec > 0) a.entry(null, timeouts.negativeSec, 0);
+        else a.error(Errno.ENOENT);
+        return;
+      }
+      const ino = inodes.lookedUp(path);
+      // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
+      const attr = this.shown(ino, path, entry);
+      // An interrupted lookup the kernel no longer waited for holds no count: no FORGET will come for it.
+      if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
+      else inodes.node(ino)!.entryToldAt = performance.now();
+    };
+    const pinned = handles.pinned(path);
+    if (pinned) return answer({ kind: 'file', meta: pinned });
+    deps.namespace.lookup(path).then(answer, (err) => this.ctx.fail(a, path, err, errnoFor(err)));
+  }
+
+  /** The kernel gives back `count` lookups of inode `ino` (FORGET takes no answer). */
+  forget(ino: number, count: number): void {
+    this.ctx.inodes.forget(ino, count);
+  }
+
+  getattr(a: Answer, ino: number, fhPlusOne: number): void {
+    const { inodes, handles, deps } = this.ctx;
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    // An open file keeps showing the generation it pinned.
+    const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;
+    if (reader) return a.attr(this.fileAttributes(ino, path, reader.meta), deps.timeouts.attrSec);
+    const pinned = handles.pinned(path);
+    if (pinned) return a.attr(this.fileAttributes(ino, path, pinned), deps.timeouts.attrSec);
+    this.attributesOf(ino, path).then(
+      (attr) => (attr ? a.attr(attr, deps.timeouts.attrSec) : a.error(Errno.ENOENT)),
+      (err) => this.ctx.fail(a, path, err, errnoFor(err)),
+    );
+  }
+
+  statfs(a: Answer): void {
+    a.statfs(STATFS);
+  }
+
+  /**
+   * Every file size the kernel is told goes through here: the kernel clamps reads to it for the
+   * attribute timeout, so the next open must read the generation it belongs to.
+   */
+  private fileAttributes(ino: number, path: string, meta: ObjectMeta): Attr {
+    this.ctx.told(ino, path, { kind: 'file', meta });
+    return statFor(ino, { kind: 'file', meta }, this.ctx.deps.attributes);
+  }
+
+  /** The attributes the kernel gets for `path` as inode `ino`: an open file's pinned generation wins. */
+  private shown(ino: number, path: string, entry: Entry): Attr {
+    const pinned = entry.kind === 'file' ? this.ctx.handles.pinned(path) : undefined;
+    if (pinned) return this.fileAttributes(ino, path, pinned);
+    this.ctx.told(ino, path, entry);
+    return statFor(ino, entry, this.ctx.deps.attributes);
+  }
+
+  /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
+  private attributesOf(ino: number, path: string): Promise<Attr | null> {
+    return this.ctx.deps.namespace.lookup(path).then((entry) => {
+      if (!entry) return null;
+      // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
+      return this.shown(ino, path, entry);
+    });
+  }
+}

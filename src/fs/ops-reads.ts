@@ -1,0 +1,144 @@
+import { constants } from 'node:fs';
+import { HandleReader } from '../blocks/handle-reader.js';
+import { isGcsError } from '../gcs/errors.js';
+import { Errno, errnoFor } from './errno.js';
+import { OPEN_FLAGS, type NativeFile } from './kernel.js';
+import type { Answer, OpContext } from './operations.js';
+
+/** Linux's O_ACCMODE: node:fs does not export it. */
+const O_ACCMODE = 3;
+
+/** Read buffers kept for reuse: the kernel copies a reply out before replyBuf returns. */
+const POOLED_BUFFER_BYTES = 1024 * 1024;
+const MAX_POOLED_BUFFERS = 64;
+
+/** Open files and their reads: OPEN, READ and RELEASE (read-only: a write open is EROFS). */
+export class ReadOps {
+  /** The native side of each open file (which of its blocks are on disk), by handle. */
+  private readonly files = new Map<number, NativeFile>();
+  private readonly pool: Buffer[] = [];
+
+  constructor(private readonly ctx: OpContext) {}
+
+  open(a: Answer, ino: number, flags: number): void {
+    const { inodes, handles, deps } = this.ctx;
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return a.error(Errno.EROFS);
+    deps.namespace.lookup(path).then(
+      (entry) => {
+        if (!entry) return a.error(Errno.ENOENT);
+        if (entry.kind === 'dir') return a.error(Errno.EISDIR);
+        const meta = handles.generationFor(path, entry.meta);
+        // A shard whose reads the prefetcher follows (zarr opens it once per inner chunk): every read must
+        // reach it at the offset the reader asked, so neither the native side nor the kernel's page cache
+        // and readahead (which sends whole aligned megabytes, neighbours included) answers for it, and the
+        // handle reads nothing ahead (a block past one inner chunk is a guess the prefetcher makes better).
+        const followed = deps.prefetcher?.followsReads(meta) ?? false;
+        const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0 } : deps.reader);
+        const fh = handles.add(path, reader);
+        // Blocks of this generation already on disk are read natively from the first read on.
+        const file = deps.fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
+        if (!followed) deps.native?.register(file, meta, 0);
+        this.files.set(fh, file);
+        // The kernel's pages of this inode stay while they belong to the generation this open reads
+        // (libfuse 2's auto_cache did this by size and mtime); otherwise the open drops them.
+        const node = inodes.node(ino);
+        const keep = node !== undefined && node.cachedGeneration === meta.generation;
+        if (node) node.cachedGeneration = meta.generation;
+        if (!a.open(fh, (keep ? OPEN_FLAGS.KEEP_CACHE : 0) | (followed ? OPEN_FLAGS.DIRECT_IO : 0), file)) {
+          reader.close();
+          handles.remove(fh);
+          this.files.delete(fh);
+          return;
+        }
+        deps.prefetcher?.opened(path, meta);
+      },
+      (err) => this.ctx.fail(a, path, err, errnoFor(err)),
+    );
+  }
+
+  /** `fallback`: the native path gave this read back (a FALLBACK reason), `damagedKey` the block file it found bad. */
+  read(a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void {
+    const { inodes, handles, deps } = this.ctx;
+    if (fallback) deps.native?.gaveBack(damagedKey, fallback);
+    const reader = handles.get(fh);
+    if (!reader) return a.error(Errno.EBADF);
+    // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
+    deps.prefetcher?.read(reader.meta, pos);
+    // Within one block that is here already: the kernel copies straight out of the block's memory.
+    const view = reader.view(pos, size);
+    if (view) {
+      deps.metrics.inc('fuse_read_bytes', view.length);
+      return a.buf(view, view.length);
+    }
+    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
+    // or this handle is already fetching them: a cold reader's blocks are held before they arrive).
+    const file = this.files.get(fh);
+    if (deps.native && file && !fallback && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
+      const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
+      if (until > 0) return reader.servedElsewhere(until);
+    }
+    const failed = (err: unknown): void => {
+      const path = inodes.path(ino) ?? '?';
+      // The pinned generation is gone: this open file cannot go on (it must never mix generations),
+      // but the next open should see the object as it is now.
+      // What the kernel was told about the path stays as it is: it keeps that size until its attribute
+      // timeout, and until then an open must read the generation the size belongs to (or fail).
+      if (isGcsError(err, 'NOT_FOUND')) deps.namespace.forget(path);
+      this.ctx.fail(a, path, err, Errno.EIO);
+    };
+    // Within one block still on its way: answered from the block's memory once it is here, as above.
+    let later: ReturnType<typeof reader.viewLater>;
+    try {
+      later = reader.viewLater(pos, size);
+    } catch (err) {
+      return failed(err);
+    }
+    if (later) {
+      later.then((v) => {
+        try {
+          deps.metrics.inc('fuse_read_bytes', v.bytes.length);
+          a.buf(v.bytes, v.bytes.length);
+        } finally {
+          v.release();
+        }
+      }, failed);
+      return;
+    }
+    this.readIntoBuffer(a, reader, pos, size, failed);
+  }
+
+  release(a: Answer, fh: number): void {
+    this.ctx.handles.get(fh)?.close();
+    this.ctx.handles.remove(fh);
+    this.files.delete(fh);
+    a.ok();
+  }
+
+  /** The read no block's memory can answer: copied into a buffer (a pooled one when it fits) as blocks arrive. */
+  private readIntoBuffer(a: Answer, reader: HandleReader, pos: number, size: number, failed: (err: unknown) => void): void {
+    const pool = this.pool;
+    const pooled = size <= POOLED_BUFFER_BYTES;
+    const buf = pooled ? (pool.pop() ?? Buffer.allocUnsafeSlow(POOLED_BUFFER_BYTES)) : Buffer.allocUnsafeSlow(size);
+    const giveBack = (): void => {
+      if (pooled && pool.length < MAX_POOLED_BUFFERS) pool.push(buf);
+    };
+    const done = (n: number): void => {
+      this.ctx.deps.metrics.inc('fuse_read_bytes', n);
+      a.buf(buf, n);
+      giveBack();
+    };
+    const readFailed = (err: unknown): void => {
+      giveBack();
+      failed(err);
+    };
+    try {
+      const n = reader.read(pos, buf.subarray(0, size));
+      if (typeof n === 'number') done(n);
+      else n.then(done, readFailed);
+    } catch (err) {
+      readFailed(err);
+    }
+  }
+}
