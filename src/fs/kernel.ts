@@ -3,7 +3,7 @@ import { requireAddon } from '../native-addon.js';
 import { delimiter, join } from 'node:path';
 
 /**
- * The project's N-API addon over libfuse3's low-level API (native/gcsmount_fuse.c): a receive thread
+ * The project's N-API addon over libfuse3's low-level API (native/): a receive thread
  * per mount hands each request here, and the handlers answer through the reply functions when ready.
  */
 
@@ -17,7 +17,7 @@ export type NativeFile = { readonly __nativeFile: unique symbol };
 /** [ino, mode, nlink, uid, gid, size, mtimeMs] */
 export type Attr = [number, number, number, number, number, number, number];
 
-/** Request codes; keep in step with enum op_code in native/gcsmount_fuse.c. */
+/** Request codes; keep in step with enum op_code in native/mount.h. */
 export const OP = {
   LOOKUP: 1,
   FORGET: 2,

@@ -1,0 +1,146 @@
+// The low-level operations libfuse calls on the receive thread: each forwards its request to JavaScript
+// (session.c's queue), except reads of blocks the native path holds (native_path.c) and names that are
+// not UTF-8. Never waits for JavaScript.
+
+#include "mount.h"
+
+#include <errno.h>
+#include <stdint.h>
+
+// Every open file's and folder's fi->fh is a struct br_file (set by replyOpen), holding JavaScript's number.
+static struct br_file *file_of(const struct fuse_file_info *fi) { return (struct br_file *)(uintptr_t)fi->fh; }
+
+static void ll_init(void *userdata, struct fuse_conn_info *conn) {
+  struct mount *m = userdata;
+  // Lookups and readdirs in one folder run in parallel, not one after another under the folder's lock.
+  // libfuse 3.14 never tells the kernel (fixed in 3.16, libfuse #861): the INIT reply is patched on its
+  // way out (dev_writev, session.c).
+  if (m->want_parallel_dirops && (conn->capable & FUSE_CAP_PARALLEL_DIROPS)) {
+    conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    m->patch_init_reply = 1;
+  }
+  if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  // Every listing comes with each entry's attributes (the listing has them already), so `ls -l`, `find
+  // -ls` or os.walk + stat cost no LOOKUP per name. Always, not READDIRPLUS_AUTO (libfuse's default with
+  // a readdirplus op): AUTO sends plain READDIRs after the first buffer unless stats came in between,
+  // and `ls -l` reads the whole folder before its first stat, so all names after the first buffer were
+  // looked up one by one.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+  // Pages are dropped on open (keep_cache off) and when a file's size or mtime moves.
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
+  conn->max_background = m->max_background;
+  conn->congestion_threshold = m->congestion_threshold;
+  // libfuse 3.14 negotiates max_pages from max_write (1 MiB with its default buffer): reads of up to
+  // 1 MiB, once read_ahead_kb lets the kernel ask for that much.
+}
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+static int valid_utf8(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s++, n, min, cp;
+    if (c < 0x80) continue;
+    if ((c & 0xe0) == 0xc0) n = 1, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0) n = 2, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0) n = 3, min = 0x10000, cp = c & 0x07;
+    else return 0;
+    for (; n > 0; n--, s++) {
+      if ((*s & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (*s & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  }
+  return 1;
+}
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  // Object names are UTF-8: JavaScript would read other bytes with replacement characters, so "\xff" and
+  // "\xfe" would both name the object "\uFFFD". No object has such a name.
+  if (!valid_utf8((const unsigned char *)name)) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  forward(mount_of(req), OP_LOOKUP, req, parent, 0, 0, 0, name);
+}
+
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  struct mount *m = mount_of(req);
+  fuse_reply_none(req);
+  forward(m, OP_FORGET, NULL, ino, nlookup, 0, 0, NULL);
+}
+
+static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets) {
+  struct mount *m = mount_of(req);
+  for (size_t i = 0; i < count; i++) forward(m, OP_FORGET, NULL, forgets[i].ino, forgets[i].nlookup, 0, 0, NULL);
+  fuse_reply_none(req);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  // fh + 1, so 0 says "no open file" (a stat, not an fstat).
+  // Only a regular file's getattr carries its open file (the kernel's FUSE_GETATTR_FH).
+  forward(mount_of(req), OP_GETATTR, req, ino, fi ? br_file_js_fh(file_of(fi)) + 1 : 0, 0, 0, NULL);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_OPEN, req, ino, (uint64_t)(unsigned)fi->flags, 0, 0, NULL);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  struct mount *m = mount_of(req);
+  struct br_file *f = file_of(fi);
+  // Blocks on disk that JavaScript registered for this file: answered by a native worker.
+  if (br_started() && native_begin(m)) {
+    if (br_submit(req, ino, f, (uint64_t)off, size)) return;
+    native_end(m);
+  }
+  forward(m, OP_READ, req, ino, br_file_js_fh(f), (uint64_t)off, size, NULL);
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  struct br_file *f = file_of(fi);
+  forward(mount_of(req), OP_RELEASE, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  br_file_unref(f); // the kernel's reference, taken by replyOpen
+}
+
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_OPENDIR, req, ino, (uint64_t)(unsigned)fi->flags, 0, 0, NULL);
+}
+
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_READDIR, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
+}
+
+static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_READDIRPLUS, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
+}
+
+static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  struct br_file *f = file_of(fi);
+  forward(mount_of(req), OP_RELEASEDIR, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  br_file_unref(f);
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino) { forward(mount_of(req), OP_STATFS, req, ino, 0, 0, 0, NULL); }
+
+// Grouped by family; write operations (create, write, flush, fsync, setattr, unlink, mkdir, rmdir,
+// rename...) get a family of their own here, with their codes in enum op_code (mount.h).
+const struct fuse_lowlevel_ops ll_ops = {
+    .init = ll_init,
+    // names and attributes
+    .lookup = ll_lookup,
+    .forget = ll_forget,
+    .forget_multi = ll_forget_multi,
+    .getattr = ll_getattr,
+    .statfs = ll_statfs,
+    // reads
+    .open = ll_open,
+    .read = ll_read,
+    .release = ll_release,
+    // folders
+    .opendir = ll_opendir,
+    .readdir = ll_readdir,
+    .readdirplus = ll_readdirplus,
+    .releasedir = ll_releasedir,
+    // writes: none yet
+};

@@ -1,0 +1,207 @@
+// JavaScript's side of the native read path (block_reads.c): its open files and the blocks registered
+// for them, reads handed over, preloads, counters; and the mount's count of the reads the path holds, so
+// that the end of the receive loop waits for them.
+
+#include "mount.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+// A read may go to the native path: not once the receive loop has ended.
+int native_begin(struct mount *m) {
+  pthread_mutex_lock(&m->native_lock);
+  int ok = !m->exiting;
+  if (ok) m->native_jobs++;
+  pthread_mutex_unlock(&m->native_lock);
+  return ok;
+}
+
+void native_end(struct mount *m) {
+  pthread_mutex_lock(&m->native_lock);
+  if (--m->native_jobs == 0) pthread_cond_broadcast(&m->native_idle);
+  pthread_mutex_unlock(&m->native_lock);
+}
+
+// Hooks of the native path (worker threads): a read it gives back goes to JavaScript like any other
+// (counted outstanding before the native count drops, so the session never sees both at zero).
+static void native_fallback(fuse_req_t req, uint64_t ino, uint64_t js_fh, uint64_t off, size_t size, int reason, const char *key) {
+  forward_reason(mount_of(req), OP_READ, req, ino, js_fh, off, size, key, reason);
+}
+
+static void native_done(void *req_userdata) { native_end(req_userdata); }
+
+// A native file handle as JavaScript holds it, tagged so that no other external passes for one.
+static const napi_type_tag FILE_TAG = {0x6763736d6f756e74ULL, 0x62725f66696c6531ULL};
+
+struct br_file *file_arg(napi_env env, napi_value v) {
+  bool ok = false;
+  struct br_file *f = NULL;
+  if (napi_check_object_type_tag(env, v, &FILE_TAG, &ok) != napi_ok || !ok || napi_get_value_external(env, v, (void **)&f) != napi_ok || !f) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: not a native file");
+    return NULL;
+  }
+  return f;
+}
+
+static void file_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  br_file_unref(data);
+}
+
+// nativeFile(fh, size, blockSize): an open file's native side, for replyOpen, addBlocks and readNative.
+static napi_value native_file(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct br_file *f = br_file_new((uint64_t)num(env, argv[0]), (uint64_t)num(env, argv[1]), (uint64_t)num(env, argv[2]));
+  if (!f) {
+    napi_throw_error(env, NULL, "gcsmount_fuse: out of memory");
+    return NULL;
+  }
+  napi_value out;
+  if (napi_create_external(env, f, file_finalize, NULL, &out) != napi_ok) {
+    br_file_unref(f);
+    napi_throw_error(env, NULL, "gcsmount_fuse: cannot create a native file");
+    return NULL;
+  }
+  napi_type_tag_object(env, out, &FILE_TAG);
+  return out;
+}
+
+// addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
+static napi_value add_blocks(napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  args_of(env, info, 4, argv);
+  struct br_file *f = file_arg(env, argv[0]);
+  if (!f) return NULL;
+  double first = num(env, argv[1]);
+  uint32_t n = 0;
+  napi_get_array_length(env, argv[2], &n);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value k, c;
+    char key[BR_KEY_LEN + 2];
+    size_t len = 0;
+    napi_get_element(env, argv[2], i, &k);
+    napi_get_element(env, argv[3], i, &c);
+    if (napi_get_value_string_utf8(env, k, key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
+      napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
+      return NULL;
+    }
+    br_file_add(f, (uint64_t)first + i, key, (uint32_t)num(env, c));
+  }
+  return NULL;
+}
+
+// preloadBlock(key, crc, length): a worker loads that block file into memory before a read asks for it.
+// Returns whether it was queued (not when in memory already, or the native path is not running).
+static napi_value preload_block(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  char key[BR_KEY_LEN + 2];
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[0], key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
+    return NULL;
+  }
+  napi_value out;
+  napi_get_boolean(env, br_preload(key, (uint32_t)num(env, argv[1]), (uint32_t)num(env, argv[2])), &out);
+  return out;
+}
+
+// readNative(req, ino, file, pos, size): hands a read to the native path. True: the request is answered
+// (by a worker); false: a block it spans is not registered, and the request is still the caller's.
+static napi_value read_native(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  args_of(env, info, 5, argv);
+  struct br_file *f = file_arg(env, argv[2]);
+  if (!f) return NULL;
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  bool handed = false;
+  if (br_started() && native_begin(r->m)) {
+    handed = br_submit(r->req, (uint64_t)num(env, argv[1]), f, (uint64_t)num(env, argv[3]), (size_t)num(env, argv[4]));
+    if (handed) answered(r);
+    else native_end(r->m);
+  }
+  napi_value out;
+  napi_get_boolean(env, handed, &out);
+  return out;
+}
+
+static double opt_num(napi_env env, napi_value obj, const char *name, double fallback) {
+  napi_value v;
+  napi_valuetype t;
+  if (napi_get_named_property(env, obj, name, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok || t != napi_number) return fallback;
+  return num(env, v);
+}
+
+// startNativeReads({dir, blockSize, slots, workers, direct}): once per process. True when running.
+static napi_value start_native_reads(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  char dir[4096];
+  size_t len = 0;
+  napi_value v;
+  bool direct = true;
+  if (napi_get_named_property(env, argv[0], "dir", &v) != napi_ok || napi_get_value_string_utf8(env, v, dir, sizeof dir, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: startNativeReads wants {dir}");
+    return NULL;
+  }
+  if (napi_get_named_property(env, argv[0], "direct", &v) == napi_ok) napi_get_value_bool(env, v, &direct);
+  struct br_config cfg = {
+      .dir = dir,
+      .block_size = (size_t)opt_num(env, argv[0], "blockSize", 0),
+      .slots = (unsigned)opt_num(env, argv[0], "slots", 0),
+      .workers = (unsigned)opt_num(env, argv[0], "workers", 0),
+      .direct = direct,
+  };
+  struct br_hooks hooks = {.fallback = native_fallback, .done = native_done};
+  napi_value out;
+  napi_get_boolean(env, br_start(&cfg, &hooks) == 0, &out);
+  return out;
+}
+
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs]
+static napi_value native_stats(napi_env env, napi_callback_info info) {
+  (void)info;
+  uint64_t s[BR_NSTATS];
+  br_stats(s);
+  napi_value out;
+  napi_create_array_with_length(env, BR_NSTATS, &out);
+  for (uint32_t i = 0; i < BR_NSTATS; i++) {
+    napi_value e;
+    napi_create_double(env, (double)s[i], &e);
+    napi_set_element(env, out, i, e);
+  }
+  return out;
+}
+
+// nativeMaintain(idleSecs): keys of the block files read since the last call; frees idle block memory.
+static napi_value native_maintain(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  enum { MAX = 8192 };
+  char(*keys)[BR_KEY_LEN + 1] = malloc(MAX * sizeof *keys);
+  napi_value out;
+  napi_create_array(env, &out);
+  if (!keys) return out;
+  unsigned n = br_maintain(keys, MAX, (unsigned)num(env, argv[0]));
+  for (unsigned i = 0; i < n; i++) {
+    napi_value k;
+    napi_create_string_utf8(env, keys[i], BR_KEY_LEN, &k);
+    napi_set_element(env, out, i, k);
+  }
+  free(keys);
+  return out;
+}
+
+int native_path_exports(napi_env env, napi_value exports) {
+  EXPORT("nativeFile", native_file);
+  EXPORT("addBlocks", add_blocks);
+  EXPORT("readNative", read_native);
+  EXPORT("startNativeReads", start_native_reads);
+  EXPORT("nativeStats", native_stats);
+  EXPORT("preloadBlock", preload_block);
+  EXPORT("nativeMaintain", native_maintain);
+  return 1;
+}
