@@ -15,7 +15,7 @@ import { InodeTable, ROOT_INO, type InodeNode } from './inodes.js';
 import { childPath, parentPath } from '../namespace/paths.js';
 import { KernelCache } from './kernel-cache.js';
 import { OP, OPEN_FLAGS, type Attr, type FuseAddon, type FuseRequest, type NativeFile, type RequestListener } from './kernel.js';
-import type { ListingRun } from '../namespace/listing.js';
+import type { ListingRun } from '../namespace/listing-run.js';
 import type { NativeReads } from './native-reads.js';
 
 export interface KernelTimeouts {

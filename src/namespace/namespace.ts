@@ -3,7 +3,8 @@ import type { ListPage, ListRequest, ObjectClient, ObjectMeta } from '../gcs/obj
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Entry } from './entry.js';
-import { compareKeys, Listing, ListingRun } from './listing.js';
+import { compareKeys, Listing } from './listing.js';
+import { ListingRun } from './listing-run.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
 import { baseName, parentPath } from './paths.js';

@@ -1,7 +1,8 @@
 import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Entry } from './entry.js';
-import { compareKeys, Listing, ListingRun } from './listing.js';
+import { compareKeys, Listing } from './listing.js';
+import { ListingRun } from './listing-run.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
 import { RangeLister, type FetchedPage, type ListWorkers } from './range-lister.js';
