@@ -8,7 +8,8 @@ import { ListingRun } from './listing-run.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
 import { baseName, parentPath } from './paths.js';
-import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
+import { ListWorkers } from './list-workers.js';
+import { RangeLister, type FetchedPage } from './range-lister.js';
 import { Walk, type WalkDeps } from './walks.js';
 
 /** How many items a list page asks for. */
