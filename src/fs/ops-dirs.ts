@@ -1,5 +1,5 @@
 import type { Entry } from '../namespace/entry.js';
-import type { ListingRun } from '../namespace/listing.js';
+import type { ListingRun } from '../namespace/listing-run.js';
 import { childPath, parentPath } from '../namespace/paths.js';
 import { statFor } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';

@@ -1,13 +1,15 @@
 import { LRUCache } from 'lru-cache';
-import type { ListPage, ListRequest, ObjectClient, ObjectMeta } from '../gcs/object-client.js';
+import type { ObjectClient } from '../gcs/object-client.js';
 import type { OnceLog } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Entry } from './entry.js';
-import { compareKeys, Listing, ListingRun } from './listing.js';
+import { FolderListings } from './folder-listing.js';
+import { ListWorkers } from './list-workers.js';
+import type { Listing } from './listing.js';
 import type { MetadataCache } from './metadata-cache.js';
+import { NameResolver } from './name-resolver.js';
 import { componentProblem, type NameMapper } from './names.js';
 import { baseName, parentPath } from './paths.js';
-import { ListWorkers, RangeLister, type FetchedPage } from './range-lister.js';
 import { Walk, type WalkDeps } from './walks.js';
 
 /** How many items a list page asks for. */
@@ -63,15 +65,6 @@ export interface NamespaceObserver {
   resolved(path: string, entry: Entry | null): void;
 }
 
-/** A folder being listed: the entries so far, and which key ranges they answer for. */
-interface FolderJob {
-  listing: Listing;
-  lister: RangeLister;
-  expiresAt: number;
-  /** When it started, by the cache's clock: its "no such name" answers last the negative TTL from then. */
-  startedAt: number;
-}
-
 /** Resolves paths to objects and prefixes, the way a user coming from gcsfuse with --implicit-dirs expects. */
 export class Namespace {
   private readonly lookups = new Map<string, Promise<Entry | null>>();
@@ -81,7 +74,8 @@ export class Namespace {
   private readonly unlistable: LRUCache<string, true>;
   /** Folders whose readdir was asked for lately: a readdir of one of their sub-folders is a walk. */
   private readonly readdirs: LRUCache<string, true>;
-  private readonly jobs = new Map<string, FolderJob>();
+  private readonly folders: FolderListings;
+  private readonly resolver: NameResolver;
   private walks: Walk[] = [];
   private readonly workers: ListWorkers;
   private readonly prefetch: MetadataPrefetchConfig;
@@ -112,7 +106,29 @@ export class Namespace {
       hideConflict: (objectName) => this.hideConflict(objectName),
       listed: (path, listing) => this.observer?.listed(path, listing),
     };
-    deps.metrics.setGauge('meta_listings_in_progress', () => this.jobs.size);
+    this.folders = new FolderListings({
+      client: deps.client,
+      names: deps.names,
+      cache: deps.cache,
+      metrics: deps.metrics,
+      workers: this.workers,
+      pages: this.pages,
+      ttlMs: this.ttl,
+      maxParallel: Math.max(1, this.prefetch.maxWorkers),
+      visible: (objectName, rel) => this.visible(objectName, rel),
+      hideConflict: (objectName) => this.hideConflict(objectName),
+      listed: (path, listing) => {
+        if (!deps.cache.rememberListing(path, listing)) this.unlistable.set(path, true);
+        this.observer?.listed(path, listing);
+      },
+    });
+    this.resolver = new NameResolver({
+      client: deps.client,
+      names: deps.names,
+      lookupPageSize: this.pages.lookup,
+      hideConflict: (objectName) => this.hideConflict(objectName),
+    });
+    deps.metrics.setGauge('meta_listings_in_progress', () => this.folders.size);
     deps.metrics.setGauge('meta_walks_in_progress', () => this.walks.length);
     deps.metrics.setGauge('meta_list_workers_busy', () => this.workers.inFlight);
   }
@@ -143,9 +159,9 @@ export class Namespace {
       }
       // A readdir listing the folder now answers from its pages; else a lookup walk of the folder (or of
       // one above it) lists from this name on, and answers the names after it at every depth.
-      const job = this.liveJob(parent);
+      const job = this.folders.liveJob(parent);
       if (job) {
-        const answer = await this.fromJob(job, base);
+        const answer = await this.folders.fromJob(job, base);
         if (answer !== undefined) return answer;
       } else if (this.prefetching(parent)) {
         const answer = await this.fromLookupWalk(parent, base);
@@ -155,7 +171,7 @@ export class Namespace {
         if (fromListing !== undefined) return fromListing;
       }
       this.deps.metrics.inc('meta_misses');
-      const entry = await this.resolve(path);
+      const entry = await this.resolver.resolve(path);
       this.deps.cache.remember(path, entry);
       this.observer?.resolved(path, entry);
       return entry;
@@ -181,7 +197,7 @@ export class Namespace {
           return listing;
         }
       }
-      const job = this.liveJob(path) ?? this.startJob(path);
+      const job = this.folders.liveJob(path) ?? this.folders.startJob(path);
       await job.lister.finish();
       this.sawReaddir(path, job.listing);
       return job.listing;
@@ -203,7 +219,7 @@ export class Namespace {
   forget(path: string): void {
     const parent = parentPath(path);
     this.deps.cache.forget(path, parent);
-    this.jobs.delete(parent);
+    this.folders.forget(parent);
     // A walk's pages named the old generation too.
     this.walks = this.walks.filter((w) => !w.holds(parent) && w.root !== parent);
   }
@@ -212,109 +228,6 @@ export class Namespace {
 
   private prefetching(folder: string): boolean {
     return this.prefetch.enabled && this.deps.cache.keepsListings && !this.unlistable.has(folder);
-  }
-
-  /** The folder's listing in progress, unless it is older than the TTL. */
-  private liveJob(folder: string): FolderJob | undefined {
-    const job = this.jobs.get(folder);
-    if (!job) return undefined;
-    if (job.lister.failed || this.deps.cache.now() > job.expiresAt) {
-      this.jobs.delete(folder);
-      return undefined;
-    }
-    return job;
-  }
-
-  /** Lists all of the folder at `path` now (a readdir waits), in parts in parallel where it is large. */
-  private startJob(path: string): FolderJob {
-    const prefix = this.deps.names.dirPrefix(path);
-    const listing = new Listing(prefix);
-    const startedAt = this.deps.cache.now();
-    listing.listedAt = startedAt;
-    const lister: RangeLister = new RangeLister({
-      fetch: (start, end, token, small) => this.folderPage(prefix, start, end, token, small),
-      onPage: (keys, metas) => listing.add(ListingRun.of(keys, metas)),
-      workers: this.workers,
-      maxParallel: Math.max(1, this.prefetch.maxWorkers),
-      delimited: true,
-    });
-    const job: FolderJob = { listing, lister, expiresAt: startedAt + this.ttl, startedAt };
-    this.jobs.set(path, job);
-    lister.start('', true);
-    lister.completion.then(
-      () => {
-        listing.compact((name) => this.hideConflict(name));
-        if (this.jobs.get(path) === job) this.jobs.delete(path);
-        if (!this.deps.cache.rememberListing(path, listing)) this.unlistable.set(path, true);
-        this.observer?.listed(path, listing);
-      },
-      () => {
-        if (this.jobs.get(path) === job) this.jobs.delete(path);
-      },
-    );
-    return job;
-  }
-
-  /**
-   * The answer for `base` from a listing in progress: at once when the listed ranges already hold it,
-   * else after the page that starts at it. Undefined when the listing failed (the caller asks GCS itself).
-   */
-  private async fromJob(job: FolderJob, base: string): Promise<Entry | null | undefined> {
-    try {
-      const already = job.lister.covers(base) && job.lister.covers(`${base}/`);
-      await job.lister.cover(base);
-      if (!job.lister.covers(`${base}/`)) await job.lister.cover(`${base}/`);
-      if (already) this.deps.metrics.inc('meta_list_hits');
-      else this.deps.metrics.inc('meta_prefetch_joined');
-    } catch {
-      return undefined;
-    }
-    const entry = job.listing.get(base);
-    // Too old to say "no such name" (a prefetch that stopped at its entry limit long ago): ask GCS.
-    if (!entry && !this.deps.cache.missingTrusted(job.startedAt)) return undefined;
-    return entry;
-  }
-
-  /** One page of a folder with delimiter '/': objects and sub-folders merged in key order. */
-  private async folderPage(prefix: string, start: string, end: string | null, pageToken?: string, small = false): Promise<FetchedPage> {
-    const page = await this.deps.client.list({
-      prefix,
-      delimiter: '/',
-      maxResults: small ? this.pages.lookup : this.pages.list,
-      ...(start ? { startOffset: prefix + start } : {}),
-      ...(end !== null ? { endOffset: prefix + end } : {}),
-      ...(pageToken ? { pageToken } : {}),
-    });
-    const keys: string[] = [];
-    const metas: (ObjectMeta | null)[] = [];
-    let lastKey: string | null = null;
-    let i = 0;
-    let j = 0;
-    const objects = page.objects;
-    const prefixes = page.prefixes;
-    while (i < objects.length || j < prefixes.length) {
-      const o = objects[i];
-      const p = prefixes[j];
-      const objectKey = o ? o.name.slice(prefix.length) : null;
-      const prefixKey = p !== undefined ? p.slice(prefix.length) : null;
-      if (objectKey !== null && (prefixKey === null || compareKeys(objectKey, prefixKey) <= 0)) {
-        i++;
-        lastKey = objectKey;
-        // The folder's own placeholder object is the folder, not an entry of it.
-        if (objectKey !== '' && this.visible(o!.name, objectKey)) {
-          keys.push(objectKey);
-          metas.push(o!);
-        }
-      } else {
-        j++;
-        lastKey = prefixKey!;
-        if (this.visible(p!, prefixKey!.slice(0, -1))) {
-          keys.push(prefixKey!);
-          metas.push(null);
-        }
-      }
-    }
-    return { keys, metas, lastKey, more: page.nextPageToken !== null, nextPageToken: page.nextPageToken };
   }
 
   // ---------------------------------------------------------------- walks
@@ -404,45 +317,6 @@ export class Namespace {
     return entry;
   }
 
-  /**
-   * One objects.list with prefix=NAME and delimiter='/' answers both questions at once: the object NAME,
-   * if it exists, is the very first item (no other name with that prefix sorts before it), and the
-   * directory NAME/ shows up among `prefixes` (placeholder or implicit alike). A stat plus a list would
-   * cost two requests for the same answer. Only when the page ends before the point where NAME/ would
-   * sort (many siblings like NAME.0, NAME-1 in between) does a second, one-item list settle it.
-   */
-  private async resolve(path: string): Promise<Entry | null> {
-    const base = baseName(path);
-    if (componentProblem(base) !== null) return null;
-    const name = this.deps.names.objectName(path);
-    const dirPrefix = `${name}/`;
-    const page = await this.firstItems({ prefix: name, delimiter: '/', maxResults: this.pages.lookup });
-    const file = page.objects.find((o) => o.name === name) ?? null;
-    let isDir = page.prefixes.includes(dirPrefix);
-    if (!isDir && !pageReaches(page, dirPrefix)) {
-      const more = await this.firstItems({ prefix: dirPrefix, delimiter: '/', maxResults: 1 });
-      isDir = more.objects.length > 0 || more.prefixes.length > 0;
-    }
-    if (isDir) {
-      if (file) this.hideConflict(file.name);
-      return { kind: 'dir', mtimeMs: null };
-    }
-    return file ? { kind: 'file', meta: file } : null;
-  }
-
-  /**
-   * The first page of a list request that holds an item, or says there is none. GCS may answer a page
-   * with no items and a token to go on (it skipped many names): taken as it is, that page would make an
-   * existing name "missing".
-   */
-  private async firstItems(req: ListRequest): Promise<ListPage> {
-    let page = await this.deps.client.list(req);
-    while (page.objects.length === 0 && page.prefixes.length === 0 && page.nextPageToken !== null) {
-      page = await this.deps.client.list({ ...req, pageToken: page.nextPageToken });
-    }
-    return page;
-  }
-
   private visible(objectName: string, rel: string): boolean {
     const problem = componentProblem(rel);
     if (problem === null) return true;
@@ -464,13 +338,4 @@ function shared<T>(inflight: Map<string, Promise<T>>, key: string, work: () => P
   const p = work().finally(() => inflight.delete(key));
   inflight.set(key, p);
   return p;
-}
-
-/** True when the page shows everything that sorts before `bound` (so its absence from the page is proof). */
-function pageReaches(page: ListPage, bound: string): boolean {
-  if (page.nextPageToken === null) return true;
-  const lastItem = page.objects.at(-1)?.name ?? '';
-  const lastPrefix = page.prefixes.at(-1) ?? '';
-  const last = lastItem > lastPrefix ? lastItem : lastPrefix;
-  return last >= bound;
 }

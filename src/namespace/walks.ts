@@ -1,10 +1,12 @@
 import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Entry } from './entry.js';
-import { compareKeys, Listing, ListingRun } from './listing.js';
+import { compareKeys, Listing } from './listing.js';
+import { ListingRun } from './listing-run.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { componentProblem, type NameMapper } from './names.js';
-import { RangeLister, type FetchedPage, type ListWorkers } from './range-lister.js';
+import type { ListWorkers } from './list-workers.js';
+import { RangeLister, type FetchedPage } from './range-lister.js';
 
 /**
  * Entries a readdir walk lists beyond what its reader has read (complete folders not read yet, and
