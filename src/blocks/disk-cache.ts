@@ -6,7 +6,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
-import { FreeSpaceMargin } from './free-space.js';
+import { CacheSpace } from './eviction.js';
 import { reconcileBlocks } from './reconcile.js';
 import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
 import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
@@ -71,9 +71,6 @@ export function blockFileKey(k: BlockKey): string {
   return createHash('sha256').update(`${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`).digest('hex').slice(0, 32);
 }
 
-type Room = 'now' | 'soon' | 'none';
-
-
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
  * missing, short or fails its CRC32C is dropped and reported as a miss (and counted), one that cannot be
@@ -82,18 +79,8 @@ type Room = 'now' | 'soon' | 'none';
  */
 export class DiskCache {
   private readonly index: BlockIndex;
-  private readonly limitBytes: number;
-  /** With no budget (-1): the free space kept on the cache's file system, evicting to keep it. */
-  private readonly margin: FreeSpaceMargin | null;
-  /** Bytes reserved for block files not yet on disk: free space statfs still shows, but spoken for. */
-  private unwritten = 0;
-  /** Bytes of evicted block files not yet unlinked: space statfs does not show yet, but soon free. */
-  private unlinking = 0;
-  private readonly unlinks = new Set<Promise<void>>();
-  private bytes: number;
-  private blocks: number;
-  /** Blocks a reader is between lookup and read of: eviction leaves them alone. */
-  private readonly pinned = new Map<string, number>();
+  /** What the blocks take, what writes in flight reserve, and the eviction that keeps it in bounds. */
+  private readonly space: CacheSpace;
   private readonly madeDirs = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
   private readonly health: WriteHealth;
@@ -131,27 +118,19 @@ export class DiskCache {
       throw err;
     }
     if (this.index.rebuiltFrom) log.warn({ aside: this.index.rebuiltFrom }, 'block cache index was unreadable; moved aside and started empty');
-    const t = this.index.totals();
-    this.bytes = t.bytes;
-    this.blocks = t.blocks;
-    this.limitBytes = cfg.limit.kind === 'bytes' ? cfg.limit.bytes : Number.POSITIVE_INFINITY;
-    this.margin = cfg.limit.kind === 'bytes' ? null : FreeSpaceMargin.of(cfg.dir);
+    this.space = new CacheSpace(cfg, this.index, metrics, (key) => this.path(key), () => this.pullAccess());
     this.flushTimer = setInterval(() => {
       try {
         this.pullAccess();
         this.index.flushAccess();
         // Others filling the disk get room back too, not only our own next write.
-        this.keepMargin(0);
+        this.space.keepMargin(0);
       } catch (err) {
         // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
         this.writeFailed(err as NodeJS.ErrnoException);
       }
     }, cfg.accessFlushMs);
     this.flushTimer.unref();
-    metrics.setGauge('block_cache_bytes', () => this.bytes);
-    metrics.setGauge('block_cache_blocks', () => this.blocks);
-    metrics.setGauge('block_cache_limit_bytes', () => (Number.isFinite(this.limitBytes) ? this.limitBytes : -1));
-    if (this.margin) metrics.setGauge('block_cache_free_margin_bytes', () => this.margin!.bytes);
   }
 
   /** Opens the cache in `cfg.dir` (which must exist), reconciling it in the background if it was not closed cleanly. */
@@ -231,11 +210,11 @@ export class DiskCache {
   async dropDamaged(key: string, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): Promise<void> {
     const row = this.index.get(key);
     if (!row) return;
-    this.pin(key);
+    this.space.pin(key);
     try {
       if (await this.intact(row)) return;
     } finally {
-      this.unpin(key);
+      this.space.unpin(key);
     }
     try {
       this.drop(row, counter, why);
@@ -281,7 +260,7 @@ export class DiskCache {
       this.drop(row, 'block_cache_short', `block row holds ${row.size} bytes where ${into.length} belong`);
       return null;
     }
-    this.pin(key);
+    this.space.pin(key);
     try {
       const data = into ?? Buffer.allocUnsafe(row.size);
       let got: number;
@@ -308,7 +287,7 @@ export class DiskCache {
       this.index.touch(key, Date.now());
       return data;
     } finally {
-      this.unpin(key);
+      this.space.unpin(key);
     }
   }
 
@@ -340,7 +319,7 @@ export class DiskCache {
   }
 
   private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
-    if (this.closed || data.length > this.limitBytes) return;
+    if (this.closed || data.length > this.space.limitBytes) return;
     const admitted = this.health.admit();
     if (admitted === 'skip') return;
     if (admitted === 'retry') {
@@ -366,22 +345,20 @@ export class DiskCache {
     let written = false;
     let renamed = false;
     try {
-      for (let room = this.makeRoom(data.length); room !== 'now'; room = this.makeRoom(data.length)) {
+      for (let room = this.space.makeRoom(data.length); room !== 'now'; room = this.space.makeRoom(data.length)) {
         if (room === 'none' || this.closed) {
           // Nothing left to evict above the free-space margin (all of it being written or read): a miss, not a failure.
           this.metrics.inc('block_cache_skipped_no_room');
           this.health.notTried();
           return;
         }
-        await Promise.all([...this.unlinks]);
+        await this.space.unlinked();
       }
       // Reserved with no await since the room was found, so concurrent writers cannot overshoot together.
-      this.bytes += data.length;
-      this.blocks += 1;
-      this.unwritten += data.length;
+      this.space.reserve(data.length);
       reserved = true;
       await this.writeBlockFile(tmp, data, directCapacity);
-      this.unwritten -= data.length;
+      this.space.written(data.length);
       written = true;
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
@@ -398,11 +375,7 @@ export class DiskCache {
       await this.index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
       this.health.succeeded();
     } catch (err) {
-      if (reserved) {
-        this.bytes -= data.length;
-        this.blocks -= 1;
-        if (!written) this.unwritten -= data.length;
-      }
+      if (reserved) this.space.unreserve(data.length, written);
       await fsp.rm(tmp, { force: true }).catch(() => undefined);
       // A file without a row costs disk the budget does not see, and after a clean stop nothing would
       // look for it: take it back. If even that fails, the next start reconciles.
@@ -451,69 +424,9 @@ export class DiskCache {
     if (!isDiskFull(err)) return;
     try {
       // Make the next attempt likely to fit: give back a slice of what we hold.
-      this.evictDownTo(this.bytes * this.cfg.lowWatermark);
+      this.space.evictDownTo(this.space.bytes * this.cfg.lowWatermark);
     } catch {
       // The index may be what is full; the pause still holds.
-    }
-  }
-
-  /**
-   * Evicts what a write of `incoming` bytes needs: 'now' when it may be written, 'soon' once the files
-   * just evicted are unlinked (writing before that is what ran parallel writes into ENOSPC), 'none'
-   * when there is not that much left to evict.
-   */
-  private makeRoom(incoming: number): Room {
-    if (this.bytes + incoming > this.limitBytes) this.evictDownTo(Math.min(this.limitBytes * this.cfg.lowWatermark, this.limitBytes - incoming));
-    return this.keepMargin(incoming);
-  }
-
-  /** Bytes free now above the free-space margin, less what writes in flight will take; null without a margin. */
-  private freeAboveMargin(): number | null {
-    const free = this.margin?.freeBytes() ?? null;
-    return free === null ? null : free - this.unwritten - this.margin!.bytes;
-  }
-
-  /**
-   * With no budget: evicts least recently used blocks until `incoming` more bytes leave the margin
-   * free, and a batch beyond it, so it does not run once per block.
-   */
-  private keepMargin(incoming: number): Room {
-    let room = this.freeAboveMargin();
-    if (room === null || room >= incoming) return 'now';
-    if (room + this.unlinking < incoming) this.evictDownTo(this.bytes - (incoming - room - this.unlinking) - this.margin!.batchBytes);
-    room = this.freeAboveMargin()!;
-    if (room >= incoming) return 'now';
-    return room + this.unlinking >= incoming ? 'soon' : 'none';
-  }
-
-  /** Evicts least recently used blocks, skipping pinned ones, until at most `target` bytes remain. */
-  private evictDownTo(target: number): void {
-    this.pullAccess();
-    let offset = 0;
-    while (this.bytes > target) {
-      const batch = this.index.oldest(256, offset);
-      if (batch.length === 0) return;
-      const victims: { key: string; size: number }[] = [];
-      let left = this.bytes;
-      for (const v of batch) {
-        if (left <= target) break;
-        if (this.pinned.has(v.key)) {
-          offset++;
-          continue;
-        }
-        victims.push(v);
-        left -= v.size;
-      }
-      // Rows first (this may throw, SQLITE_FULL for one), then the counts that follow them.
-      this.index.delete(victims.map((v) => v.key));
-      for (const { size } of victims) {
-        this.bytes -= size;
-        this.blocks -= 1;
-        this.metrics.inc('block_cache_evictions');
-        this.metrics.inc('block_cache_evicted_bytes', size);
-      }
-      // The file goes after the row; a reader that already opened it keeps reading (Linux unlink semantics).
-      for (const { key, size } of victims) this.removeFile(key, size);
     }
   }
 
@@ -523,53 +436,25 @@ export class DiskCache {
     this.metrics.inc(counter);
     this.log.warn({ object: row.object, generation: row.generation, block: row.block, why }, 'dropping a damaged cached block; it will be fetched again');
     this.index.delete([row.key]);
-    this.bytes -= row.size;
-    this.blocks -= 1;
-    this.removeFile(row.key, row.size);
-  }
-
-  /** Unlinks a block file in the background; its bytes count as soon-free space until then. */
-  private removeFile(key: string, size: number): void {
-    this.unlinking += size;
-    const done: Promise<void> = fsp
-      .rm(this.path(key), { force: true })
-      .catch(() => undefined)
-      .finally(() => {
-        this.unlinking -= size;
-        this.unlinks.delete(done);
-      });
-    this.unlinks.add(done);
-  }
-
-  private pin(key: string): void {
-    this.pinned.set(key, (this.pinned.get(key) ?? 0) + 1);
-  }
-
-  private unpin(key: string): void {
-    const n = (this.pinned.get(key) ?? 1) - 1;
-    if (n === 0) this.pinned.delete(key);
-    else this.pinned.set(key, n);
+    this.space.removed(row.key, row.size);
   }
 
   /** Files and rows made to agree (reconcileBlocks), the counts following the rows dropped. */
   async reconcile(startedAt: number): Promise<{ droppedRows: number; deletedFiles: number }> {
     const { dropped, deletedFiles } = await reconcileBlocks(this.index, join(this.cfg.dir, BLOCKS), startedAt, () => this.closed);
-    for (const row of dropped) {
-      this.bytes -= row.size;
-      this.blocks -= 1;
-    }
+    for (const row of dropped) this.space.forget(row.size);
     return { droppedRows: dropped.length, deletedFiles };
   }
 
   /** Bytes that can still be written before eviction starts: under the budget, or above the free-space margin. */
   get spareBytes(): number {
-    const room = this.freeAboveMargin();
-    return Math.min(this.limitBytes - this.bytes, room === null ? Number.POSITIVE_INFINITY : Math.max(0, room + this.unlinking));
+    return this.space.spareBytes;
   }
 
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
     const t = this.index.totals();
-    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null, state: this.health.state };
+    const limitBytes = this.space.limitBytes;
+    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(limitBytes) ? limitBytes : null, state: this.health.state };
   }
 
   /** Re-checks every block's CRC32C, dropping bad ones. */
@@ -585,8 +470,7 @@ export class DiskCache {
 
   async clear(): Promise<void> {
     this.index.clear();
-    this.bytes = 0;
-    this.blocks = 0;
+    this.space.cleared();
     await fsp.rm(join(this.cfg.dir, BLOCKS), { recursive: true, force: true });
     this.ensureLayout();
   }

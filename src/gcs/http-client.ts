@@ -8,7 +8,7 @@ import type { Endpoint } from './endpoint.js';
 import { StalledError, watchSilence, type AttemptLimits } from './attempt-limits.js';
 import { dispatcherFor, proxySettings, redactedProxy } from './dispatcher.js';
 import { GcsError } from './errors.js';
-import { ERROR_BODY_LIMIT, OBJECT_FIELDS, errorFromResponse, errorFromStatus, toMeta, transportError, type RawObject } from './responses.js';
+import { OBJECT_FIELDS, errorFromResponse, toMeta, transportError, type RawObject } from './responses.js';
 import type {
   FinalChunk,
   ListPage,
@@ -24,6 +24,7 @@ import type {
   WrittenObject,
 } from './object-client.js';
 import { ObjectWrites } from './object-writes.js';
+import { receiveRange, type RangeConnection } from './range-body.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
 
@@ -96,6 +97,8 @@ export class HttpObjectClient implements WritableObjectClient {
   private readonly stopSleeping = new AbortController();
   private readonly uploads: ResumableUploads;
   private readonly writes: ObjectWrites;
+  /** What a range download's body handling borrows: the data pool, and where stalls are told. */
+  private readonly media: RangeConnection;
 
   constructor(private readonly cfg: HttpClientConfig) {
     this.bucket = cfg.bucket;
@@ -113,6 +116,7 @@ export class HttpObjectClient implements WritableObjectClient {
     });
     this.pool = dispatcherFor(this.origin, options(cfg.maxConnections), proxy);
     this.metaPool = cfg.metadata ? dispatcherFor(this.origin, options(cfg.metadata.connections), proxy) : this.pool;
+    this.media = { pool: this.pool, origin: this.origin, stall: cfg.stall ?? null, metrics: cfg.metrics, log: cfg.log };
     if (proxy.httpProxy || proxy.httpsProxy) {
       cfg.log.debug(
         { httpProxy: proxy.httpProxy && redactedProxy(proxy.httpProxy), httpsProxy: proxy.httpsProxy && redactedProxy(proxy.httpsProxy), noProxy: proxy.noProxy },
@@ -200,126 +204,13 @@ export class HttpObjectClient implements WritableObjectClient {
       }
       const got = { bytes: 0 };
       try {
-        await this.receiveRange(path, { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' }, start + done, object.size, out.subarray(done), what, limits, got);
+        await receiveRange(this.media, path, { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' }, start + done, object.size, out.subarray(done), what, limits, got);
       } finally {
         done += got.bytes;
         this.cfg.metrics.inc('gcs_media_bytes', got.bytes);
       }
       if (done !== length) throw new GcsError('TRANSIENT', `${what}: body ended after ${done} of ${length} bytes`);
       return out;
-    });
-  }
-
-  /**
-   * One range GET whose body is copied straight into `out` as it arrives; resolves with the bytes copied.
-   * undici's dispatch API rather than `request()`: a readable stream and its events per 64 KiB chunk were
-   * a measured share of the CPU that a cold sequential read costs.
-   */
-  private receiveRange(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
-    const stall = this.cfg.stall;
-    return new Promise((resolve, reject) => {
-      let status = 0;
-      let retryAfter: string | string[] | undefined;
-      let errorText = '';
-      // A 200 means the server ignored the range and sends the whole object: skip to our window.
-      let skip = 0;
-      let seen = 0;
-      let settled = false;
-      /** Why the body must not be used (another range, or not the object's bytes); its bytes are dropped. */
-      let wrongRange: string | null = null;
-      let controller: Dispatcher.DispatchController | null = null;
-      let cutBy: Error | null = null;
-      // The longest silence of this response, headers included: one observation for the stall timeout.
-      const sentAt = performance.now();
-      let lastAt = sentAt;
-      let longest = 0;
-      const ranged = () => status === 200 || status === 206;
-      const silence = watchSilence(limits, what, (err, silentMs) => {
-        cutBy = err;
-        if (err instanceof StalledError) {
-          stall?.observe(silentMs);
-          this.cfg.metrics.inc('gcs_stalls');
-          this.cfg.log.warn({ what, silentMs: Math.round(silentMs), received: got.bytes, status }, 'GCS response stalled: cutting it and resuming by Range');
-        }
-        controller?.abort(err);
-        settle(err);
-      });
-      const progressed = (): void => {
-        const t = performance.now();
-        if (t - lastAt > longest) longest = t - lastAt;
-        lastAt = t;
-        silence.progress();
-      };
-      const settle = (err: Error | null): void => {
-        if (settled) return;
-        settled = true;
-        silence.stop();
-        if (!err && !cutBy) stall?.observe(longest);
-        if (err) reject(err);
-        else resolve();
-      };
-      this.pool.dispatch(
-        { origin: this.origin, method: 'GET', path, headers },
-        {
-          onRequestStart: (c) => {
-            controller = c;
-            // Cut before undici even started it (it waited for a connection).
-            if (cutBy) c.abort(cutBy);
-          },
-          onResponseStart: (_controller, statusCode, resHeaders) => {
-            progressed();
-            status = statusCode;
-            retryAfter = resHeaders['retry-after'];
-            skip = statusCode === 200 ? start : 0;
-            if (statusCode === 206) {
-              // Bytes of another range would be served as ours: the one check a 206 body cannot make itself.
-              const sent = String(resHeaders['content-range'] ?? '');
-              const m = /^bytes (\d+)-(\d+)\//.exec(sent);
-              if (!m || Number(m[1]) !== start || Number(m[2]) !== start + out.length - 1) wrongRange = `Content-Range ${sent || '(none)'}`;
-            } else if (statusCode === 200) {
-              // A 200 is usable only as the whole object, to skip into: a body of any other length (a
-              // transcoded one is chunked, with none) is other bytes, whatever their offsets say.
-              const sent = resHeaders['content-length'];
-              if (sent === undefined || Number(sent) !== objectSize) {
-                wrongRange = `a 200 of ${sent === undefined ? 'unknown length' : `${String(sent)} bytes`} for a ${objectSize}-byte object (range ignored, e.g. decompressive transcoding)`;
-              }
-            }
-          },
-          onResponseData: (controller, chunk) => {
-            progressed();
-            if (wrongRange !== null) {
-              // Nothing of it is wanted: end it now rather than download a whole object for nothing.
-              settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
-              controller.abort(new Error('response refused'));
-              return;
-            }
-            if (!ranged()) {
-              if (errorText.length < ERROR_BODY_LIMIT) errorText += chunk.toString('utf8');
-              return;
-            }
-            const from = Math.max(0, skip - seen);
-            const take = Math.min(chunk.length - from, out.length - got.bytes);
-            if (take > 0) {
-              chunk.copy(out, got.bytes, from, from + take);
-              got.bytes += take;
-            }
-            seen += chunk.length;
-            if (got.bytes === out.length && status === 200) {
-              settle(null);
-              controller.abort(new Error('rest of an unranged response not needed'));
-            }
-          },
-          onResponseEnd: () => {
-            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
-            else settle(ranged() ? null : errorFromStatus(status, retryAfter, errorText, what));
-          },
-          // A connection that breaks after the last byte has still delivered the range.
-          onResponseError: (_controller, err) => {
-            if (wrongRange !== null) settle(new GcsError('CORRUPT', `${what}: the server sent ${wrongRange}`));
-            else settle(ranged() && got.bytes === out.length ? null : err);
-          },
-        },
-      );
     });
   }
 
