@@ -1,11 +1,8 @@
-import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
-import type { Metrics } from '../observe/metrics.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Entry } from './entry.js';
-import type { ListWorkers } from './list-workers.js';
+import type { ListingDeps } from './listing-deps.js';
 import { compareKeys, Listing } from './listing.js';
 import { ListingRun } from './listing-run.js';
-import type { MetadataCache } from './metadata-cache.js';
-import type { NameMapper } from './names.js';
 import { RangeLister, type FetchedPage } from './range-lister.js';
 
 /** A folder being listed: the entries so far, and which key ranges they answer for. */
@@ -17,25 +14,7 @@ export interface FolderJob {
   startedAt: number;
 }
 
-export interface FolderListingDeps {
-  client: ObjectClient;
-  names: NameMapper;
-  cache: MetadataCache;
-  metrics: Metrics;
-  workers: ListWorkers;
-  /** Items per page: a lookup's first page, and a listing's. */
-  pages: { lookup: number; list: number };
-  /** How long a listing in progress may answer lookups. */
-  ttlMs: number;
-  /** The most parts of one listing in progress at once. */
-  maxParallel: number;
-  /** Whether an object's name can be a path (logs it once when not). */
-  visible(objectName: string, rel: string): boolean;
-  /** A file hidden by a same-named directory (logged once). */
-  hideConflict(objectName: string): void;
-  /** A folder's listing completed (compacted), fresh from GCS. */
-  listed(path: string, listing: Listing): void;
-}
+export type FolderListingDeps = ListingDeps;
 
 /**
  * The delimited listings of single folders in progress (a readdir's), one per folder, which lookups in

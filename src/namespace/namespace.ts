@@ -92,7 +92,7 @@ export class Namespace {
     this.prefetch = deps.prefetch ?? DEFAULT_METADATA_PREFETCH;
     this.pages = deps.pageSizes ?? DEFAULT_PAGE_SIZES;
     this.workers = new ListWorkers(Math.max(1, this.prefetch.maxWorkers));
-    this.walkDeps = {
+    const shared = {
       client: deps.client,
       names: deps.names,
       cache: deps.cache,
@@ -100,23 +100,13 @@ export class Namespace {
       workers: this.workers,
       pages: this.pages,
       ttlMs: this.ttl,
-      entriesLimit: this.prefetch.entriesLimit,
       maxParallel: Math.max(1, this.prefetch.maxWorkers),
-      visible: (objectName, rel) => this.visible(objectName, rel),
-      hideConflict: (objectName) => this.hideConflict(objectName),
-      listed: (path, listing) => this.observer?.listed(path, listing),
+      visible: (objectName: string, rel: string) => this.visible(objectName, rel),
+      hideConflict: (objectName: string) => this.hideConflict(objectName),
     };
+    this.walkDeps = { ...shared, entriesLimit: this.prefetch.entriesLimit, listed: (path, listing) => this.observer?.listed(path, listing) };
     this.folders = new FolderListings({
-      client: deps.client,
-      names: deps.names,
-      cache: deps.cache,
-      metrics: deps.metrics,
-      workers: this.workers,
-      pages: this.pages,
-      ttlMs: this.ttl,
-      maxParallel: Math.max(1, this.prefetch.maxWorkers),
-      visible: (objectName, rel) => this.visible(objectName, rel),
-      hideConflict: (objectName) => this.hideConflict(objectName),
+      ...shared,
       listed: (path, listing) => {
         if (!deps.cache.rememberListing(path, listing)) this.unlistable.set(path, true);
         this.observer?.listed(path, listing);

@@ -1,11 +1,9 @@
-import type { ObjectClient, ObjectMeta } from '../gcs/object-client.js';
-import type { Metrics } from '../observe/metrics.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Entry } from './entry.js';
 import { compareKeys, Listing } from './listing.js';
 import { ListingRun } from './listing-run.js';
-import type { MetadataCache } from './metadata-cache.js';
-import { componentProblem, type NameMapper } from './names.js';
-import type { ListWorkers } from './list-workers.js';
+import { componentProblem } from './names.js';
+import type { ListingDeps } from './listing-deps.js';
 import { RangeLister, type FetchedPage } from './range-lister.js';
 
 /**
@@ -24,24 +22,9 @@ const CREDIT_PER_HIT = 0.1;
 /** Background pages a lookup walk may save up: readers that hit for a long time do not buy a burst. */
 const MAX_CREDITS = 4;
 
-export interface WalkDeps {
-  client: ObjectClient;
-  names: NameMapper;
-  cache: MetadataCache;
-  metrics: Metrics;
-  workers: ListWorkers;
-  /** Items per page: a lookup's first page, and a listing's. */
-  pages: { lookup: number; list: number };
-  ttlMs: number;
+export interface WalkDeps extends ListingDeps {
   /** Background entries at most (--metadata-prefetch-entries-limit). */
   entriesLimit: number;
-  maxParallel: number;
-  /** Whether an object's name can be a path (logs it once when not). */
-  visible(objectName: string, rel: string): boolean;
-  /** A file hidden by a same-named directory (logged once). */
-  hideConflict(objectName: string): void;
-  /** A folder's complete listing, fresh from GCS. */
-  listed(path: string, listing: Listing): void;
 }
 
 /** A folder seen by the walk but not complete yet: its entries so far, and the page's new ones. */
