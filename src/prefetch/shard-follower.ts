@@ -10,6 +10,9 @@ import { ReadStream } from './read-stream.js';
 import { keyOfIndices, type ZarrLayout } from './zarr-layout.js';
 import { arrayOrder, entryAt, indexRange, insideArray, parseShardIndex, shardOrder, type InnerOrder, type ShardIndex, type Sharding } from './zarr-shard.js';
 
+
+/** Reads of a shard kept while its index loads: enough for a stream to see where the reader goes. */
+const EARLY_READS = 16;
 export interface ShardFollowerDeps {
   blocks: BlockSource;
   store: PrefetchStore;
@@ -51,6 +54,8 @@ export class ShardFollower {
   private readonly indexes = new Map<string, Promise<ShardIndex | null>>();
   /** The same, once here: reads look it up synchronously. */
   private readonly parsed = new Map<string, ShardIndex>();
+  /** Reads of a followed shard that came before its index, in order (the last EARLY_READS). */
+  private readonly early = new Map<string, number[]>();
   /** Shards opened, per generation: their array and chunk indices, for their reads. */
   private readonly opened = new Map<string, { array: ShardedArray; shard: number[] }>();
   /** Blocks asked for already: a later round of an overlapping stream does not ask again. */
@@ -83,8 +88,17 @@ export class ShardFollower {
   read(meta: ObjectMeta, pos: number): void {
     const id = fileId(meta);
     const shard = this.opened.get(id);
-    const index = shard && this.parsed.get(id);
-    if (!shard || !index) return;
+    if (!shard) return;
+    const index = this.parsed.get(id);
+    if (!index) {
+      // The reader read the index itself and went on before ours arrived: these reads say where it is,
+      // and are followed once the index is here (a reader of a few chunks would otherwise leave no trace).
+      const early = this.early.get(id) ?? [];
+      early.push(pos);
+      if (early.length > EARLY_READS) early.shift();
+      remember(this.early, id, early);
+      return;
+    }
     const entry = entryAt(index, pos);
     if (entry < 0) return;
     for (const walk of shard.array.walks) {
@@ -143,6 +157,9 @@ export class ShardFollower {
     const loading = this.loadIndex(sharding, meta, priority).then((index) => {
       if (index) remember(this.parsed, id, index);
       else this.indexes.delete(id);
+      const early = this.early.get(id);
+      this.early.delete(id);
+      if (index && early) for (const pos of early) this.read(meta, pos);
       return index;
     });
     remember(this.indexes, id, loading);
