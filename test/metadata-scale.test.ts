@@ -409,7 +409,9 @@ describe('metadata at scale through the mount', () => {
     // not the 120 pages of top/z/huge.
     const lists = tb.emulator.stats().requests.list;
     expect(lists).toBeGreaterThanOrEqual(40);
-    expect(lists).toBeLessThanOrEqual(80);
+    // Measured 60-81 (a CI run on 2026-11-25 at 81: the lookups' own pages and the parts cut ahead of the
+    // pause); a walk that did not pause lists top/z/huge's 120 pages on top of everything else.
+    expect(lists).toBeLessThanOrEqual(95);
     await unmount(m.path);
     await fsp.rm(join(tb.root, tb.bucket, 'top'), { recursive: true, force: true });
   }, 180_000);
