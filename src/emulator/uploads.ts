@@ -387,7 +387,7 @@ function skipBytes(n: number): Transform {
   });
 }
 
-async function readSmallBody(req: Readable, limit = 1 << 20): Promise<Buffer> {
+export async function readSmallBody(req: Readable, limit = 1 << 20): Promise<Buffer> {
   const parts: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {

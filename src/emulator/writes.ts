@@ -8,6 +8,7 @@ import { checkSource, checkWrite, validateGenerationParams } from './conditions.
 import { HttpError, type RequestContext } from './context.js';
 import { hashesOf, noSuchBucket } from './objects.js';
 import { objectResource } from './resources.js';
+import { readSmallBody } from './uploads.js';
 import type { StoredObject } from './store.js';
 
 /** GCS composes at most 32 sources in one call. */
@@ -221,15 +222,8 @@ async function respond(ctx: RequestContext, obj: StoredObject): Promise<void> {
   await ctx.projected(await resourceOf(ctx, obj), ctx.fields());
 }
 
-async function readJson(req: Readable, limit = 1 << 20): Promise<Record<string, unknown>> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw new HttpError(400, 'Request body too large.');
-    parts.push(chunk);
-  }
-  const text = Buffer.concat(parts).toString('utf8').trim();
+async function readJson(req: Readable): Promise<Record<string, unknown>> {
+  const text = (await readSmallBody(req)).toString('utf8').trim();
   if (text === '') return {};
   try {
     const v: unknown = JSON.parse(text);
