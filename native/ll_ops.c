@@ -123,8 +123,63 @@ static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino) { forward(mount_of(req), OP_STATFS, req, ino, 0, 0, 0, NULL); }
 
-// Grouped by family; write operations (create, write, flush, fsync, setattr, unlink, mkdir, rmdir,
-// rename...) get a family of their own here, with their codes in enum op_code (mount.h).
+// ------------------------------------------------------------------ writes
+// Names a write would create must be UTF-8 (object names are); one that is not names no object either.
+
+static int refuse_name(fuse_req_t req, const char *name, int err) {
+  if (valid_utf8((const unsigned char *)name)) return 0;
+  fuse_reply_err(req, err);
+  return 1;
+}
+
+static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi) {
+  if (refuse_name(req, name, EINVAL)) return;
+  forward(mount_of(req), OP_CREATE, req, parent, (uint64_t)(unsigned)fi->flags, mode, 0, name);
+}
+
+static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+  forward_full(mount_of(req), OP_WRITE, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL, NULL, buf, size);
+}
+
+static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_FLUSH, req, ino, br_file_js_fh(file_of(fi)), 0, 0, NULL);
+}
+
+static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+  forward(mount_of(req), OP_FSYNC, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)datasync, 0, NULL);
+}
+
+// Milliseconds since the epoch (GCS keeps no finer time); -1 for "now".
+static double ms_of(const struct timespec *ts, int now) { return now ? -1 : (double)ts->tv_sec * 1000.0 + (double)(ts->tv_nsec / 1000000); }
+
+static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi) {
+  // a: the open file's handle + 1 (0: none), b: FUSE_SET_ATTR_* bits, c: the new size; then the values.
+  double v[5] = {(double)attr->st_mode, (double)attr->st_uid, (double)attr->st_gid, ms_of(&attr->st_atim, to_set & FUSE_SET_ATTR_ATIME_NOW),
+                 ms_of(&attr->st_mtim, to_set & FUSE_SET_ATTR_MTIME_NOW)};
+  forward_full(mount_of(req), OP_SETATTR, req, ino, fi ? br_file_js_fh(file_of(fi)) + 1 : 0, (uint64_t)(unsigned)to_set, (uint64_t)attr->st_size, NULL, NULL, v, sizeof v);
+}
+
+static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  if (refuse_name(req, name, ENOENT)) return;
+  forward(mount_of(req), OP_UNLINK, req, parent, 0, 0, 0, name);
+}
+
+static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+  if (refuse_name(req, name, EINVAL)) return;
+  forward(mount_of(req), OP_MKDIR, req, parent, mode, 0, 0, name);
+}
+
+static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  if (refuse_name(req, name, ENOENT)) return;
+  forward(mount_of(req), OP_RMDIR, req, parent, 0, 0, 0, name);
+}
+
+static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname, unsigned int flags) {
+  if (refuse_name(req, name, ENOENT) || refuse_name(req, newname, EINVAL)) return;
+  forward_full(mount_of(req), OP_RENAME, req, parent, newparent, flags, 0, name, newname, NULL, 0);
+}
+
+// Grouped by family; each family's codes are in enum op_code (mount.h).
 const struct fuse_lowlevel_ops ll_ops = {
     .init = ll_init,
     // names and attributes
@@ -142,5 +197,14 @@ const struct fuse_lowlevel_ops ll_ops = {
     .readdir = ll_readdir,
     .readdirplus = ll_readdirplus,
     .releasedir = ll_releasedir,
-    // writes: none yet
+    // writes (hard links, symlinks and mknod are left to libfuse, which answers ENOSYS; create makes regular files)
+    .create = ll_create,
+    .write = ll_write,
+    .flush = ll_flush,
+    .fsync = ll_fsync,
+    .setattr = ll_setattr,
+    .unlink = ll_unlink,
+    .mkdir = ll_mkdir,
+    .rmdir = ll_rmdir,
+    .rename = ll_rename,
 };

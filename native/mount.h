@@ -20,8 +20,7 @@
 // for two things.
 #pragma GCC visibility push(hidden)
 
-// The operations handed to JavaScript; keep in step with OP in src/fs/kernel.ts. Write operations get
-// their own codes when they are added.
+// The operations handed to JavaScript; keep in step with OP in src/fs/kernel.ts.
 enum op_code {
   OP_LOOKUP = 1,
   OP_FORGET = 2,
@@ -35,6 +34,16 @@ enum op_code {
   OP_STATFS = 10,
   OP_READDIRPLUS = 11,
   OP_INVALIDATED = 12, // the kernel has dropped an inode's attributes and pages (no request)
+  // writes (ll_ops.c's writes group)
+  OP_CREATE = 13,
+  OP_WRITE = 14,
+  OP_FLUSH = 15,
+  OP_FSYNC = 16,
+  OP_SETATTR = 17,
+  OP_UNLINK = 18,
+  OP_MKDIR = 19,
+  OP_RMDIR = 20,
+  OP_RENAME = 21,
   OP_EXITED = 100, // the receive loop has ended (unmounted, or the connection aborted)
 };
 
@@ -80,15 +89,19 @@ struct mount {
   int notify_tsfn_gone; // the threadsafe function refused a call (the environment is going): never touch it again
 };
 
-// One request on its way to JavaScript. `name` is set for lookups, and for a read the native path gave
-// back because of a damaged block (the block file's key; `reason` says what was wrong).
+// One request on its way to JavaScript. `name` is set for lookups and the other requests that name an
+// entry, and for a read the native path gave back because of a damaged block (the block file's key;
+// `reason` says what was wrong). A rename's new name follows the name's NUL
+// (`names` 2). `data` (malloc'd, handed to JavaScript as a Buffer) is a write's bytes or a setattr's values.
 struct msg {
   int op;
   fuse_req_t req;
   uint64_t ino;
   uint64_t a, b, c;
   int reason;
-  int has_name;
+  int names;
+  void *data;
+  size_t data_len;
   char name[];
 };
 
@@ -145,6 +158,8 @@ void forward_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint6
 static inline void forward(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name) {
   forward_reason(m, op, req, ino, a, b, c, name, 0);
 }
+// forward for the write requests: a second name (or NULL) and bytes copied for JavaScript (or NULL).
+void forward_full(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2, const void *data, size_t data_len);
 void maybe_destroy(struct mount *m);
 
 // replies.c: the handles JavaScript holds for requests. req_handle wraps a request for JavaScript (0 when

@@ -149,10 +149,27 @@ static napi_value reply_attr(napi_env env, napi_callback_info info) {
 #define OPEN_KEEP_CACHE 1
 #define OPEN_CACHE_READDIR 2
 #define OPEN_DIRECT_IO 4
+#define OPEN_FLUSH 8
 
-// replyOpen(req, fh, flags, file?): flags OPEN_KEEP_CACHE | OPEN_CACHE_READDIR | OPEN_DIRECT_IO. A file's
-// open passes its native file (nativeFile()), which the kernel's handle then names; a folder's need not.
-// Returns 0, or -errno when the kernel did not take the answer.
+// The file info of an open or create: fi->fh becomes the native file, with the kernel's reference taken
+// (dropped at release). A folder (or a file opened without one) gets a struct of its own, which registers
+// nothing, so that every fi->fh names one. False when out of memory.
+static int open_info(double fh, unsigned flags, struct br_file *f, struct fuse_file_info *fi) {
+  memset(fi, 0, sizeof *fi);
+  fi->keep_cache = (flags & OPEN_KEEP_CACHE) != 0;
+  fi->cache_readdir = (flags & OPEN_CACHE_READDIR) != 0;
+  fi->direct_io = (flags & OPEN_DIRECT_IO) != 0;
+  // Only a file open for writing has anything to upload at close(2): the others need not wait for us.
+  fi->noflush = (flags & OPEN_FLUSH) == 0;
+  if (f) br_file_ref(f);
+  else if (!(f = br_file_new((uint64_t)fh, 0, 0))) return 0;
+  fi->fh = (uint64_t)(uintptr_t)f;
+  return 1;
+}
+
+// replyOpen(req, fh, flags, file?): flags OPEN_KEEP_CACHE | OPEN_CACHE_READDIR | OPEN_DIRECT_IO |
+// OPEN_FLUSH. A file's open passes its native file (nativeFile()), which the kernel's handle then names;
+// a folder's need not. Returns 0, or -errno when the kernel did not take the answer.
 static napi_value reply_open(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   args_of(env, info, 4, argv);
@@ -163,28 +180,64 @@ static napi_value reply_open(napi_env env, napi_callback_info info) {
   struct req_ref *r = take_req(env, argv[0]);
   if (!r) return NULL;
   struct fuse_file_info fi;
-  memset(&fi, 0, sizeof fi);
-  fi.fh = (uint64_t)num(env, argv[1]);
-  unsigned flags = (unsigned)num(env, argv[2]);
-  fi.keep_cache = (flags & OPEN_KEEP_CACHE) != 0;
-  fi.cache_readdir = (flags & OPEN_CACHE_READDIR) != 0;
-  fi.direct_io = (flags & OPEN_DIRECT_IO) != 0;
-  fi.noflush = 1; // nothing is ever written back: close(2) need not wait for us
-  // The kernel's reference, dropped at release(dir); a folder (or a file opened without one) gets a
-  // struct of its own, which registers nothing, so that every fi->fh names one.
-  if (f) br_file_ref(f);
-  else if (!(f = br_file_new(fi.fh, 0, 0))) {
+  if (!open_info(num(env, argv[1]), (unsigned)num(env, argv[2]), f, &fi)) {
     fuse_reply_err(r->req, ENOMEM);
     answered(r);
     return NULL;
   }
-  fi.fh = (uint64_t)(uintptr_t)f;
   int res = fuse_reply_open(r->req, &fi);
-  if (res != 0) br_file_unref(f); // no release will come for an open the kernel did not take
+  if (res != 0) br_file_unref((struct br_file *)(uintptr_t)fi.fh); // no release will come for an open the kernel did not take
   answered(r);
   napi_value out;
   napi_create_int32(env, res, &out);
   return out;
+}
+
+// replyCreate(req, attr, entryTimeoutSec, attrTimeoutSec, fh, flags, file?): a new file's entry and its
+// open, as replyEntry and replyOpen. Returns 0, or -errno when the kernel did not take the answer (then
+// neither the lookup nor the open counts: no forget or release will come).
+static napi_value reply_create(napi_env env, napi_callback_info info) {
+  napi_value argv[7];
+  args_of(env, info, 7, argv);
+  napi_valuetype t;
+  napi_typeof(env, argv[6], &t);
+  struct br_file *f = NULL;
+  if (t != napi_undefined && !(f = file_arg(env, argv[6]))) return NULL;
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  struct fuse_entry_param e;
+  memset(&e, 0, sizeof e);
+  if (fill_stat(env, argv[1], &e.attr) != 0) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: bad attributes");
+    return NULL;
+  }
+  e.ino = e.attr.st_ino;
+  e.generation = 1;
+  e.entry_timeout = num(env, argv[2]);
+  e.attr_timeout = num(env, argv[3]);
+  struct fuse_file_info fi;
+  if (!open_info(num(env, argv[4]), (unsigned)num(env, argv[5]), f, &fi)) {
+    fuse_reply_err(r->req, ENOMEM);
+    answered(r);
+    return NULL;
+  }
+  int res = fuse_reply_create(r->req, &e, &fi);
+  if (res != 0) br_file_unref((struct br_file *)(uintptr_t)fi.fh);
+  answered(r);
+  napi_value out;
+  napi_create_int32(env, res, &out);
+  return out;
+}
+
+// replyWrite(req, count): `count` bytes were written.
+static napi_value reply_write(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  fuse_reply_write(r->req, (size_t)num(env, argv[1]));
+  answered(r);
+  return NULL;
 }
 
 // replyBuf(req, buffer, length): the kernel copies straight out of the Buffer's memory.
@@ -353,5 +406,7 @@ int replies_exports(napi_env env, napi_value exports) {
   EXPORT("replyDir", reply_dir);
   EXPORT("replyDirPlus", reply_dir_plus);
   EXPORT("replyStatfs", reply_statfs);
+  EXPORT("replyCreate", reply_create);
+  EXPORT("replyWrite", reply_write);
   return 1;
 }

@@ -43,31 +43,66 @@ static void log_to_buffer(enum fuse_log_level level, const char *fmt, va_list ap
 
 // ------------------------------------------------------------------ receive thread side
 
-void forward_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, int reason) {
-  size_t len = name ? strlen(name) + 1 : 0;
-  struct msg *msg = malloc(sizeof *msg + len);
-  if (!msg) {
-    if (req) fuse_reply_err(req, ENOMEM);
-    return;
+static void send_msg(struct mount *m, struct msg *msg) {
+  if (msg->req) atomic_fetch_add(&m->outstanding, 1);
+  if (napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
+    // JavaScript is going away: answer here, so nothing waits for it.
+    if (msg->req) {
+      atomic_fetch_sub(&m->outstanding, 1);
+      fuse_reply_err(msg->req, EIO);
+    }
+    free(msg->data);
+    free(msg);
   }
+}
+
+static struct msg *new_msg(int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2) {
+  size_t len = name ? strlen(name) + 1 : 0, len2 = name2 ? strlen(name2) + 1 : 0;
+  struct msg *msg = malloc(sizeof *msg + len + len2);
+  if (!msg) return NULL;
   msg->op = op;
   msg->req = req;
   msg->ino = ino;
   msg->a = a;
   msg->b = b;
   msg->c = c;
-  msg->reason = reason;
-  msg->has_name = name != NULL;
+  msg->reason = 0;
+  msg->names = name ? (name2 ? 2 : 1) : 0;
+  msg->data = NULL;
+  msg->data_len = 0;
   if (name) memcpy(msg->name, name, len);
-  if (req) atomic_fetch_add(&m->outstanding, 1);
-  if (napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
-    // JavaScript is going away: answer here, so nothing waits for it.
-    if (req) {
-      atomic_fetch_sub(&m->outstanding, 1);
-      fuse_reply_err(req, EIO);
-    }
-    free(msg);
+  if (name2) memcpy(msg->name + len, name2, len2);
+  return msg;
+}
+
+void forward_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, int reason) {
+  struct msg *msg = new_msg(op, req, ino, a, b, c, name, NULL);
+  if (!msg) {
+    if (req) fuse_reply_err(req, ENOMEM);
+    return;
   }
+  msg->reason = reason;
+  send_msg(m, msg);
+}
+
+void forward_full(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2, const void *data, size_t data_len) {
+  struct msg *msg = new_msg(op, req, ino, a, b, c, name, name2);
+  // libfuse reuses its buffer for the next request once this returns: the bytes are copied.
+  if (msg && data) {
+    msg->data = malloc(data_len ? data_len : 1);
+    if (msg->data) {
+      memcpy(msg->data, data, data_len);
+      msg->data_len = data_len;
+    } else {
+      free(msg);
+      msg = NULL;
+    }
+  }
+  if (!msg) {
+    if (req) fuse_reply_err(req, ENOMEM);
+    return;
+  }
+  send_msg(m, msg);
 }
 
 // The kernel's INIT flag for parallel lookups and readdirs (linux/fuse.h), and where fuse_init_out
@@ -197,6 +232,12 @@ void maybe_destroy(struct mount *m) {
   m->se = NULL;
 }
 
+static void free_data(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  free(data);
+}
+
 static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
   struct mount *m = context;
   struct msg *msg = data;
@@ -206,6 +247,7 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
       fuse_reply_err(msg->req, EIO);
       atomic_fetch_sub(&m->outstanding, 1);
     }
+    free(msg->data);
     free(msg);
     return;
   }
@@ -214,13 +256,14 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
     stop_notify(m);
     m->loop_ended = 1;
   }
-  napi_value argv[8], undefined;
+  napi_value argv[10], undefined;
   napi_get_undefined(env, &undefined);
   napi_create_int32(env, msg->op, &argv[0]);
   if (msg->req) {
     if (!req_handle(env, m, msg->req, &argv[1])) {
       fuse_reply_err(msg->req, ENOMEM);
       atomic_fetch_sub(&m->outstanding, 1);
+      free(msg->data);
       free(msg);
       return;
     }
@@ -231,12 +274,18 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
   napi_create_double(env, (double)msg->a, &argv[3]);
   napi_create_double(env, (double)msg->b, &argv[4]);
   napi_create_double(env, (double)msg->c, &argv[5]);
-  if (msg->has_name) napi_create_string_utf8(env, msg->name, NAPI_AUTO_LENGTH, &argv[6]);
+  if (msg->names > 0) napi_create_string_utf8(env, msg->name, NAPI_AUTO_LENGTH, &argv[6]);
   else argv[6] = undefined;
   napi_create_int32(env, msg->reason, &argv[7]);
+  if (msg->names > 1) napi_create_string_utf8(env, msg->name + strlen(msg->name) + 1, NAPI_AUTO_LENGTH, &argv[8]);
+  else argv[8] = undefined;
+  argv[9] = undefined;
+  // The bytes become the Buffer's, freed when JavaScript lets go of it (no copy).
+  if (msg->data && napi_create_external_buffer(env, msg->data_len, msg->data, free_data, NULL, &argv[9]) == napi_ok) msg->data = NULL;
+  free(msg->data);
   int msg_op = msg->op;
   free(msg);
-  napi_call_function(env, undefined, js_cb, 8, argv, NULL);
+  napi_call_function(env, undefined, js_cb, 10, argv, NULL);
   if (msg_op == OP_EXITED) {
     // Nothing sends any more (the notify thread has ended): let the queue go, so it no longer keeps the
     // process alive.

@@ -74,7 +74,7 @@ async function main(): Promise<void> {
           return fuse.replyErr(req, ENOSYS);
       }
     },
-    { fsName: 'memory-fs', allowOther: false, extra: [], maxBackground: 64 },
+    { readOnly: true, fsName: 'memory-fs', allowOther: false, extra: [], maxBackground: 64 },
   );
   await setReadAhead(path, Number(readAheadArg), silentLogger);
 

@@ -247,6 +247,31 @@ export class BlockSource {
     });
   }
 
+  /**
+   * An object this mount just wrote goes into the disk cache from the bytes it was written from (`read`
+   * fills a block's buffer), so reading one's own output back costs no download. Block by block, each
+   * within the memory budget (skipped when memory is short: a cache, not a promise).
+   */
+  async adoptWritten(meta: ObjectMeta, read: (pos: number, into: Buffer) => Promise<void>): Promise<number> {
+    const disk = this.deps.disk;
+    if (!disk) return 0;
+    let adopted = 0;
+    for (let i = 0; i * this.blockSize < meta.size; i++) {
+      const length = Math.min(this.blockSize, meta.size - i * this.blockSize);
+      const reservation = this.deps.buffers.budget.tryReserve(length, 'prefetch');
+      if (!reservation) break;
+      try {
+        const bytes = Buffer.allocUnsafe(length);
+        await read(i * this.blockSize, bytes);
+        await disk.write(this.diskKey(meta, i), bytes);
+        adopted++;
+      } finally {
+        reservation.release();
+      }
+    }
+    return adopted;
+  }
+
   private diskKey(meta: ObjectMeta, index: number): BlockKey {
     return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index, blockSize: this.blockSize };
   }

@@ -398,9 +398,6 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
   if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
     notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');
   }
-  if ((values['o'] as string[]).includes('rw')) {
-    notices.push('mount option rw is ignored: gcsmount mounts read-only');
-  }
 
   return { bucket, mountPoint, values: values as ResolvedValues, sources, notices };
 }

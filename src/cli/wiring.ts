@@ -35,6 +35,7 @@ import { getSizeLimit, getTtl, metadataCacheTtl, type MountOptions } from './opt
 import { MetadataCache } from '../namespace/metadata-cache.js';
 import type { Ttl } from './values.js';
 import { EXIT, UserError } from './exit.js';
+import { readOnly, wireWrites } from './write-wiring.js';
 
 const MIB = 1024 * 1024;
 /**
@@ -50,7 +51,8 @@ const STARTUP_CHECK_MAX_SLEEP_MS = 5_000;
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
 /**
- * -o options we pass to libfuse; `ro` is always on, the rest are logged as ignored. The restricting
+ * -o options we pass to libfuse besides ro/rw (which choose whether the write side exists); the rest are
+ * logged as ignored. The restricting
  * kernel flags an fstab line may carry (noexec, nosuid, nodev, noatime) are honoured; the loosening
  * ones (suid, dev) are not.
  */
@@ -273,7 +275,11 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       })
     : null;
   const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
+  const cacheHome = disk ? disk.info().dir : null;
+  const writeSide = readOnly(opts) ? null : wireWrites(opts, { client, namespace, names, blocks, memory, cacheHome, ttls: [ttl, negativeTtl], log, metrics });
+  if (writeSide) undo.push(() => writeSide.close());
   const { onRequest, kernelCache } = createOperations({
+    writes: writeSide?.writes ?? null,
     fuse,
     native,
     prefetcher,
@@ -305,7 +311,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     if (o === 'allow_other') allowOther = true;
     else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
     // rw has its own notice (options.ts), logged with the others at start.
-    else if (o !== 'ro' && o !== 'rw') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts read-only with its own kernel options`);
+    else if (o !== 'ro' && o !== 'rw') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts with its own kernel options`);
   }
   const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? disk.info().dir : null };
   const control = await startControlServer(
@@ -323,6 +329,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
   undo.push(() => control.close());
 
   const mount = FuseMount.mount(mountPoint, fuse, onRequest, {
+    readOnly: readOnly(opts),
     fsName: opts.bucket,
     allowOther,
     extra,
@@ -349,6 +356,9 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
       await control.close();
       await prometheus?.close();
+      // Files closed last are still uploading (and their blocks going into the cache).
+      await writeSide?.writes.drain();
+      writeSide?.close();
       await disk?.drain();
       disk?.close();
       prefetchStore.close();

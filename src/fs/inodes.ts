@@ -5,6 +5,7 @@ export const ROOT_INO = 1;
 
 export interface InodeNode {
   ino: number;
+  /** Changes when the kernel renames it. */
   path: string;
   /** How many lookups the kernel holds (each answered lookup adds one; FORGET takes them back). */
   lookups: number;
@@ -71,11 +72,7 @@ export class InodeTable {
     if (!node) {
       node = { ino: this.next++, path, lookups: 0, cachedGeneration: null, listCachedAt: null, toldGeneration: null, toldKind: null, entryToldAt: 0 };
       this.byIno.set(node.ino, node);
-      this.byPath.set(path, node);
-      const folder = parentPath(path);
-      let set = this.byFolder.get(folder);
-      if (!set) this.byFolder.set(folder, (set = new Set()));
-      set.add(node);
+      this.index(node);
     }
     node.lookups++;
     return node;
@@ -88,10 +85,48 @@ export class InodeTable {
     node.lookups -= count;
     if (node.lookups > 0) return;
     this.byIno.delete(ino);
+    this.unindex(node);
+  }
+
+  /**
+   * `path` no longer names the inode it had (unlinked, or renamed over): the kernel keeps that inode for
+   * its open files, and the next lookup of the path gets a new one. Its descendants go with it.
+   */
+  detach(path: string): void {
+    for (const node of this.under(path)) this.unindex(node);
+  }
+
+  /** A rename: the inode of `from` (and those below it) now named under `to`, as the kernel has them. */
+  rename(from: string, to: string): void {
+    this.detach(to);
+    for (const node of this.under(from)) {
+      this.unindex(node);
+      node.path = to + node.path.slice(from.length);
+      this.index(node);
+    }
+  }
+
+  /** The inodes at `path` and below it. */
+  private under(path: string, out: InodeNode[] = []): InodeNode[] {
+    const node = this.byPath.get(path);
+    if (node) out.push(node);
+    for (const child of this.byFolder.get(path) ?? []) this.under(child.path, out);
+    return out;
+  }
+
+  private unindex(node: InodeNode): void {
     if (this.byPath.get(node.path) === node) this.byPath.delete(node.path);
     const folder = parentPath(node.path);
     const set = this.byFolder.get(folder);
     if (set?.delete(node) && set.size === 0) this.byFolder.delete(folder);
+  }
+
+  private index(node: InodeNode): void {
+    this.byPath.set(node.path, node);
+    const folder = parentPath(node.path);
+    let set = this.byFolder.get(folder);
+    if (!set) this.byFolder.set(folder, (set = new Set()));
+    set.add(node);
   }
 
   /** The inodes the kernel holds in the folder at `path`. */

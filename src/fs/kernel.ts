@@ -32,6 +32,16 @@ export const OP = {
   READDIRPLUS: 11,
   /** Not a request: the kernel has dropped inode `ino`'s attributes and pages (after invalidateInode). */
   INVALIDATED: 12,
+  // writes: ops-writes.ts
+  CREATE: 13,
+  WRITE: 14,
+  FLUSH: 15,
+  FSYNC: 16,
+  SETATTR: 17,
+  UNLINK: 18,
+  MKDIR: 19,
+  RMDIR: 20,
+  RENAME: 21,
   EXITED: 100,
 } as const;
 
@@ -43,8 +53,11 @@ export const OP = {
  */
 export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4, UNAVAILABLE: 5 } as const;
 
-/** Flags for replyOpen. */
-export const OPEN_FLAGS = { KEEP_CACHE: 1, CACHE_READDIR: 2, DIRECT_IO: 4 } as const;
+/** Flags for replyOpen and replyCreate. FLUSH: the kernel sends FLUSH at each close(2) (files open for writing). */
+export const OPEN_FLAGS = { KEEP_CACHE: 1, CACHE_READDIR: 2, DIRECT_IO: 4, FLUSH: 8 } as const;
+
+/** The kernel's FUSE_SET_ATTR_* bits of a SETATTR (which values it changes). */
+export const SET_ATTR = { MODE: 1, UID: 2, GID: 4, SIZE: 8, ATIME: 16, MTIME: 32, ATIME_NOW: 128, MTIME_NOW: 256, CTIME: 1024 } as const;
 
 export interface MountTuning {
   maxBackground: number;
@@ -53,10 +66,23 @@ export interface MountTuning {
 }
 
 /**
- * `name` is a lookup's name, or for a read the native path gave back, the key of the damaged block file
- * (`reason`, a FALLBACK code, says what was wrong with it).
+ * `name` is the entry a request names (lookup, create, unlink...), or for a read the native path gave
+ * back, the key of the damaged block file (`reason`, a FALLBACK code, says what was wrong with it).
+ * `name2` is a rename's new name; `data` a write's bytes, or a setattr's values
+ * as five float64s: [mode, uid, gid, atimeMs, mtimeMs] (-1: now).
  */
-export type RequestListener = (op: number, req: FuseRequest | undefined, ino: number, a: number, b: number, c: number, name: string | undefined, reason: number) => void;
+export type RequestListener = (
+  op: number,
+  req: FuseRequest | undefined,
+  ino: number,
+  a: number,
+  b: number,
+  c: number,
+  name: string | undefined,
+  reason: number,
+  name2?: string,
+  data?: Buffer,
+) => void;
 
 export interface NativeReadsConfig {
   /** The block folder (blocks-v2): block file KEY is dir/KEY[0:2]/KEY. */
@@ -106,6 +132,14 @@ export interface FuseAddon {
   invalidateEntry(session: SessionHandle, parentIno: number, name: string): boolean;
   /** [bsize, frsize, blocks, bfree, bavail, files, ffree, favail, fsid, flag, namemax] */
   replyStatfs(req: FuseRequest, values: number[]): void;
+  /**
+   * A new file's entry and open (replyEntry + replyOpen). Returns 0, or -errno when the kernel did not
+   * take it: then no FORGET and no RELEASE will come for it.
+   */
+  replyCreate(req: FuseRequest, attr: Attr, entryTimeoutSec: number, attrTimeoutSec: number, fh: number, flags: number, file?: NativeFile): number;
+  /** `count` bytes of a WRITE were written. */
+  replyWrite(req: FuseRequest, count: number): void;
+
 
   /** Starts the native read path: once per process, later calls change nothing. False if it cannot run. */
   startNativeReads(cfg: NativeReadsConfig): boolean;

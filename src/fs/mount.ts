@@ -75,6 +75,8 @@ export function escapeOption(value: string): string {
 }
 
 export interface KernelOptions {
+  /** -o ro: the kernel refuses every change (EROFS) before it reaches us. */
+  readOnly: boolean;
   /** Shown as the mount's source in `mount` and `df`. */
   fsName: string;
   allowOther: boolean;
@@ -139,16 +141,16 @@ export class FuseMount {
   static mount(path: string, fuse: FuseAddon, onRequest: RequestListener, k: KernelOptions): FuseMount {
     // Entry, attribute and negative timeouts are per reply in the low-level API, not mount options. No
     // max_read: the kernel's requests are bounded by max_pages (1 MiB), which libfuse 3.14 negotiates.
-    const options = ['ro', `fsname=${escapeOption(k.fsName)}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
+    const options = [k.readOnly ? 'ro' : 'rw', `fsname=${escapeOption(k.fsName)}`, 'subtype=gcsmount', 'default_permissions', ...k.extra];
     if (k.allowOther) options.push('allow_other');
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
     const gate = { closed: false };
-    const listener: RequestListener = (op, req, ino, a, b, c, name, reason) => {
+    const listener: RequestListener = (op, req, ino, a, b, c, name, reason, name2, data) => {
       if (op === OP.EXITED) exited();
       else if (gate.closed) {
         if (req) fuse.replyErr(req, EIO);
-      } else onRequest(op, req, ino, a, b, c, name, reason);
+      } else onRequest(op, req, ino, a, b, c, name, reason, name2, data);
     };
     let session: SessionHandle;
     try {

@@ -15,10 +15,12 @@ import type { NativeReads } from './native-reads.js';
 import { DirOps, type DirListing } from './ops-dirs.js';
 import { EntryOps } from './ops-entries.js';
 import { ReadOps } from './ops-reads.js';
+import { WriteOps } from './ops-writes.js';
+import type { Writes } from '../writes/writes.js';
 
 // The op table, by family: ops-entries.ts (lookup, forget, getattr, statfs), ops-reads.ts (open, read,
-// release), ops-dirs.ts (opendir, readdir, readdirplus, releasedir). Writes get a family of their own
-// (ops-writes.ts) beside reads, assembled and dispatched here like the others.
+// release), ops-dirs.ts (opendir, readdir, readdirplus, releasedir), ops-writes.ts (create, write, flush,
+// fsync, setattr, unlink, mkdir, rmdir, rename; opens for writing), assembled and dispatched here.
 
 export interface KernelTimeouts {
   /** How long the kernel may keep a name -> inode entry, and an inode's attributes. */
@@ -48,6 +50,8 @@ export interface OperationDeps {
   prefetcher?: Prefetcher | null;
   /** Answers reads of blocks on disk without JavaScript; null without a disk cache. */
   native?: NativeReads | null;
+  /** The write side; null on a read-only mount (-o ro), where every change is EROFS. */
+  writes?: Writes | null;
 }
 
 /**
@@ -92,6 +96,18 @@ export class Answer {
     return taken;
   }
 
+  /** False when the kernel did not take it: no FORGET and no RELEASE will come. */
+  create(attr: Attr, entrySec: number, attrSec: number, fh: number, flags: number): boolean {
+    const taken = this.fuse.replyCreate(this.req, attr, entrySec, attrSec, fh, flags) === 0;
+    this.done(false);
+    return taken;
+  }
+
+  write(count: number): void {
+    this.fuse.replyWrite(this.req, count);
+    this.done(false);
+  }
+
   buf(data: Buffer, length: number): void {
     this.fuse.replyBuf(this.req, data, length);
     this.done(false);
@@ -128,6 +144,10 @@ export interface OpContext {
   readonly deps: OperationDeps;
   readonly handles: HandleTable;
   readonly inodes: InodeTable;
+  /** The write side (null: a read-only mount). */
+  readonly writes: Writes | null;
+  /** Its handlers: opens for writing, and reads of handles it holds, go there. */
+  writeOps: WriteOps | null;
   fail(a: Answer, path: string, err: unknown, errno: number): void;
   /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
   told(ino: number, path: string, entry: Entry, node?: InodeNode): void;
@@ -137,10 +157,13 @@ function createContext(deps: OperationDeps): OpContext {
   const { metrics, log } = deps;
   const handles = new HandleTable(deps.reportedSizes);
   const inodes = new InodeTable();
+  const writes = deps.writes ?? null;
   return {
     deps,
     handles,
     inodes,
+    writes,
+    writeOps: null,
     fail: (a, path, err, errno) => {
       metrics.inc('fuse_errors');
       if (errno !== Errno.ENOENT) log.warn({ op: a.op, path, err: err instanceof Error ? err.message : String(err) }, `${a.op} failed`);
@@ -151,13 +174,14 @@ function createContext(deps: OperationDeps): OpContext {
         node.toldKind = entry.kind;
         node.toldGeneration = entry.kind === 'file' ? entry.meta.generation : null;
       }
-      if (entry.kind === 'file') handles.reportedToKernel(path, entry.meta);
+      // A file open for writing shows its staged size, which no generation's open may go by.
+      if (entry.kind === 'file' && !writes?.stateOf(path)) handles.reportedToKernel(path, entry.meta);
     },
   };
 }
 
 /**
- * The handlers of a read-only mount, by request. Each takes the inode the kernel names and answers
+ * The handlers of a mount, by request. Each takes the inode the kernel names and answers
  * through its Answer; a write operation is a new OP code in the addon, a handler in its family's file
  * and a case in dispatcher().
  */
@@ -173,13 +197,15 @@ interface OpFamilies {
   entries: EntryOps;
   reads: ReadOps;
   dirs: DirOps;
+  writes: WriteOps | null;
 }
 
-/** FUSE operations for a read-only mount over libfuse3's inode API. */
+/** FUSE operations over libfuse3's inode API. */
 export function createOperations(deps: OperationDeps): Operations {
   const ctx = createContext(deps);
   const { handles, inodes } = ctx;
-  const families: OpFamilies = { entries: new EntryOps(ctx), reads: new ReadOps(ctx), dirs: new DirOps(ctx) };
+  ctx.writeOps = ctx.writes ? new WriteOps(ctx, ctx.writes) : null;
+  const families: OpFamilies = { entries: new EntryOps(ctx), reads: new ReadOps(ctx), dirs: new DirOps(ctx), writes: ctx.writeOps };
   deps.metrics.setGauge('open_files', () => handles.size);
   deps.metrics.setGauge('open_dirs', () => families.dirs.openCount);
   deps.metrics.setGauge('kernel_inodes', () => inodes.size - 1);
@@ -188,10 +214,48 @@ export function createOperations(deps: OperationDeps): Operations {
   return { onRequest: dispatcher(deps, families, kernelCache), handles, inodes, kernelCache };
 }
 
+const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME]);
+
+function dispatchWrite(
+  writes: WriteOps,
+  op: number,
+  answer: (name: string) => Answer,
+  ino: number,
+  x: number,
+  y: number,
+  z: number,
+  name: string | undefined,
+  name2: string | undefined,
+  data: Buffer | undefined,
+): void {
+  switch (op) {
+    case OP.CREATE:
+      return writes.create(answer('create'), ino, name!, x);
+    case OP.WRITE:
+      return writes.write(answer('write'), x, y, data);
+    case OP.FLUSH:
+      return writes.flush(answer('flush'), x);
+    case OP.FSYNC:
+      return writes.fsync(answer('fsync'), x);
+    case OP.SETATTR:
+      return writes.setattr(answer('setattr'), ino, x, y, z, data);
+    case OP.UNLINK:
+      return writes.unlink(answer('unlink'), ino, name!);
+    case OP.MKDIR:
+      return writes.mkdir(answer('mkdir'), ino, name!);
+    case OP.RMDIR:
+      return writes.rmdir(answer('rmdir'), ino, name!);
+    case OP.RENAME:
+      return writes.rename(answer('rename'), ino, name!, x, name2, y);
+    default:
+      return answer('unknown').error(Errno.ENOSYS);
+  }
+}
+
 /** Routes each kernel request to its family's handler, with an Answer named after the operation. */
-function dispatcher(deps: OperationDeps, { entries, reads, dirs }: OpFamilies, kernelCache: KernelCache): RequestListener {
+function dispatcher(deps: OperationDeps, { entries, reads, dirs, writes }: OpFamilies, kernelCache: KernelCache): RequestListener {
   const { fuse, metrics, log } = deps;
-  return (op, req, ino, x, y, z, name, reason) => {
+  return (op, req, ino, x, y, z, name, reason, name2, data) => {
     if (op === OP.FORGET) return entries.forget(ino, x);
     if (op === OP.INVALIDATED) return kernelCache.invalidated(ino);
     if (!req) return;
@@ -218,7 +282,8 @@ function dispatcher(deps: OperationDeps, { entries, reads, dirs }: OpFamilies, k
         case OP.STATFS:
           return entries.statfs(new Answer(fuse, metrics, req, 'statfs'));
         default:
-          return fuse.replyErr(req, Errno.ENOSYS);
+          if (!writes) return fuse.replyErr(req, WRITE_OPS.has(op) ? Errno.EROFS : Errno.ENOSYS);
+          return dispatchWrite(writes, op, (name) => new Answer(fuse, metrics, req, name), ino, x, y, z, name, name2, data);
       }
     } catch (err) {
       // A handler threw before answering (a bug): the kernel still gets its answer.

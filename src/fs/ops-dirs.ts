@@ -36,6 +36,8 @@ export interface DirListing {
   runs: (ListingRun | null)[];
   rows: number[];
   prefix: string;
+  /** Entries this mount changed since the bucket's listing was taken (written, made, renamed here), by index. */
+  local: Map<number, Entry>;
 }
 
 /** The folder listing one open directory handle reads, taken when its first readdir asks. */
@@ -111,6 +113,16 @@ export class DirOps {
       for (let i = 0; i < n; i++) {
         const at = offset + i;
         const run = l.runs[at];
+        const local = l.local.get(at);
+        if (local) {
+          const child = childPath(path, names[i]!);
+          const holder = inodes.hold(child);
+          attrs.set(statFor(holder.ino, local, deps.attributes), 7 * i);
+          entries.push(local);
+          held[i] = holder;
+          paths[i] = child;
+          continue;
+        }
         if (!run) {
           attrs.set(statFor(l.inos[at]!, { kind: 'dir', mtimeMs: null }, deps.attributes), 7 * i);
           entries.push(null);
@@ -181,7 +193,11 @@ export class DirOps {
       const isDir = [true, true];
       const runs: (ListingRun | null)[] = [null, null];
       const rows = [0, 0];
+      // What this mount changed in the folder wins over the listing, which may be older than the change.
+      const changed = this.ctx.writes?.changesIn(path);
+      const local = new Map<number, Entry>();
       listing.forEachRow((name, dir, run, i) => {
+        if (changed?.has(name)) return;
         names.push(name);
         // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
@@ -189,7 +205,16 @@ export class DirOps {
         runs.push(run);
         rows.push(i);
       });
-      d.listing = { names, inos, isDir, runs, rows, prefix: listing.prefix };
+      for (const [name, entry] of changed ?? []) {
+        if (!entry) continue;
+        local.set(names.length, entry);
+        names.push(name);
+        inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
+        isDir.push(entry.kind === 'dir');
+        runs.push(null);
+        rows.push(0);
+      }
+      d.listing = { names, inos, isDir, runs, rows, prefix: listing.prefix, local };
       return d.listing;
     });
     return d.pending;

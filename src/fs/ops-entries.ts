@@ -21,7 +21,7 @@ const STATFS = [
   2 ** 30, // ffree
   2 ** 30, // favail
   0, // fsid
-  1, // flag: ST_RDONLY
+  0, // flag: the kernel sets ST_RDONLY itself on a read-only mount
   255, // namemax
 ];
 
@@ -48,9 +48,12 @@ export class EntryOps {
       if (!a.entry(attr, timeouts.entrySec, timeouts.attrSec)) inodes.forget(ino, 1);
       else inodes.node(ino)!.entryToldAt = performance.now();
     };
+    const writes = this.ctx.writes;
+    const written = writes?.stateOf(path);
+    if (written) return answer({ kind: 'file', meta: written.meta() });
     const pinned = handles.pinned(path);
     if (pinned) return answer({ kind: 'file', meta: pinned });
-    deps.namespace.lookup(path).then(answer, (err) => this.ctx.fail(a, path, err, errnoFor(err)));
+    (writes ? writes.entryOf(path) : deps.namespace.lookup(path)).then(answer, (err) => this.ctx.fail(a, path, err, errnoFor(err)));
   }
 
   /** The kernel gives back `count` lookups of inode `ino` (FORGET takes no answer). */
@@ -62,6 +65,9 @@ export class EntryOps {
     const { inodes, handles, deps } = this.ctx;
     const path = inodes.path(ino);
     if (path === undefined) return a.error(Errno.ESTALE);
+    // A file open for writing shows its staged size and mtime.
+    const written = this.ctx.writes?.stateOf(path);
+    if (written) return a.attr(statFor(ino, { kind: 'file', meta: written.meta() }, deps.attributes), deps.timeouts.attrSec);
     // An open file keeps showing the generation it pinned.
     const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;
     if (reader) return a.attr(this.fileAttributes(ino, path, reader.meta), deps.timeouts.attrSec);
@@ -88,6 +94,12 @@ export class EntryOps {
 
   /** The attributes the kernel gets for `path` as inode `ino`: an open file's pinned generation wins. */
   private shown(ino: number, path: string, entry: Entry): Attr {
+    const written = this.ctx.writes?.stateOf(path);
+    if (written) {
+      const mine: Entry = { kind: 'file', meta: written.meta() };
+      this.ctx.told(ino, path, mine);
+      return statFor(ino, mine, this.ctx.deps.attributes);
+    }
     const pinned = entry.kind === 'file' ? this.ctx.handles.pinned(path) : undefined;
     if (pinned) return this.fileAttributes(ino, path, pinned);
     this.ctx.told(ino, path, entry);
@@ -96,7 +108,8 @@ export class EntryOps {
 
   /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
   private attributesOf(ino: number, path: string): Promise<Attr | null> {
-    return this.ctx.deps.namespace.lookup(path).then((entry) => {
+    const writes = this.ctx.writes;
+    return (writes ? writes.entryOf(path) : this.ctx.deps.namespace.lookup(path)).then((entry) => {
       if (!entry) return null;
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
       return this.shown(ino, path, entry);

@@ -4,6 +4,7 @@ import { isGcsError } from '../gcs/errors.js';
 import { Errno, errnoFor } from './errno.js';
 import { OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
+import { WriteOps } from './ops-writes.js';
 
 /** Linux's O_ACCMODE: node:fs does not export it. */
 const O_ACCMODE = 3;
@@ -12,7 +13,11 @@ const O_ACCMODE = 3;
 const POOLED_BUFFER_BYTES = 1024 * 1024;
 const MAX_POOLED_BUFFERS = 64;
 
-/** Open files and their reads: OPEN, READ and RELEASE (read-only: a write open is EROFS). */
+/**
+ * Open files and their reads: OPEN, READ and RELEASE. Opens for writing, and opens of a file a writer has
+ * open, go to the write side (ops-writes.ts), as do reads and releases of its handles; on a read-only
+ * mount an open for writing is EROFS.
+ */
 export class ReadOps {
   /** The native side of each open file (which of its blocks are on disk), by handle. */
   private readonly files = new Map<number, NativeFile>();
@@ -24,8 +29,10 @@ export class ReadOps {
     const { inodes, handles, deps } = this.ctx;
     const path = inodes.path(ino);
     if (path === undefined) return a.error(Errno.ESTALE);
-    if ((flags & O_ACCMODE) !== constants.O_RDONLY || flags & constants.O_TRUNC) return a.error(Errno.EROFS);
-    deps.namespace.lookup(path).then(
+    const writing = (flags & O_ACCMODE) !== constants.O_RDONLY || (flags & constants.O_TRUNC) !== 0;
+    if (this.ctx.writeOps && (writing || this.ctx.writes?.stateOf(path))) return this.ctx.writeOps.open(a, ino, flags);
+    if (writing) return a.error(Errno.EROFS);
+    (this.ctx.writes ? this.ctx.writes.entryOf(path) : deps.namespace.lookup(path)).then(
       (entry) => {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
@@ -62,6 +69,7 @@ export class ReadOps {
   read(a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void {
     const { inodes, handles, deps } = this.ctx;
     if (fallback) deps.native?.gaveBack(damagedKey, fallback);
+    if (this.ctx.writeOps && WriteOps.isWriteHandle(fh)) return this.ctx.writeOps.read(a, fh, pos, size);
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
     // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
@@ -110,6 +118,7 @@ export class ReadOps {
   }
 
   release(a: Answer, fh: number): void {
+    if (this.ctx.writeOps && WriteOps.isWriteHandle(fh)) return this.ctx.writeOps.release(a, fh);
     this.ctx.handles.get(fh)?.close();
     this.ctx.handles.remove(fh);
     this.files.delete(fh);

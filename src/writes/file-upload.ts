@@ -1,0 +1,164 @@
+import type { promises as fsp } from 'node:fs';
+import { crc32c } from '../crc32c.js';
+import { GcsError, isGcsError, isSessionExpired, UploadOffsetError } from '../gcs/errors.js';
+import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
+import { crc32cBase64 } from '../gcs/uploads.js';
+import type { MemoryBudget } from '../memory/memory-budget.js';
+import type { Metrics } from '../observe/metrics.js';
+
+/** Upload chunks in flight mount-wide (--write-global-max-blocks): each holds a block of memory. */
+export class UploadSlots {
+  private used = 0;
+  private readonly waiters: Array<() => void> = [];
+
+  constructor(readonly max: number) {}
+
+  get inUse(): number {
+    return this.used;
+  }
+
+  async take(): Promise<() => void> {
+    if (this.used >= this.max) await new Promise<void>((r) => this.waiters.push(r));
+    else this.used++;
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const next = this.waiters.shift();
+      if (next) next();
+      else this.used--;
+    };
+  }
+}
+
+export interface UploadDeps {
+  client: WritableObjectClient;
+  slots: UploadSlots;
+  memory: MemoryBudget;
+  metrics: Metrics;
+}
+
+/**
+ * One object's upload from its staged file, fed as the file grows (streaming) or all at once at close:
+ * a resumable session whose chunks are read from the staged file, in order, one at a time (GCS commits a
+ * session's bytes in order). The CRC32C of the bytes sent so far is carried along, so the finalize sends
+ * the whole object's without reading the file again. A cut, 429 or 5xx chunk is resumed by putChunk from
+ * GCS's committed offset; a session GCS no longer knows, or one that holds fewer bytes than were sent,
+ * starts again from zero: the staged file still has every byte.
+ */
+export class FileUpload {
+  private session: UploadSession | null = null;
+  /** Bytes GCS has committed (and whose CRC32C is `crc`). */
+  committed = 0;
+  private crc = 0;
+
+  constructor(
+    private readonly deps: UploadDeps,
+    private readonly name: string,
+    private readonly file: fsp.FileHandle,
+    private readonly opts: { ifGenerationMatch: string } & NewObjectAttrs,
+  ) {}
+
+  get started(): boolean {
+    return this.session !== null;
+  }
+
+  /** Sends the file's bytes up to `end` (a multiple of the chunk unit), `chunk` bytes a request; the session is opened first if need be. */
+  async sendUpTo(end: number, chunk: number): Promise<void> {
+    while (this.committed < end) {
+      const to = Math.min(end, this.committed + chunk);
+      await this.sendChunk(to, null);
+    }
+  }
+
+  /** Sends the rest of the file (`size` bytes in all) and finalizes the object; rejects PRECONDITION when the name changed hands. */
+  async finish(size: number, chunk: number): Promise<WrittenObject> {
+    if (!this.session && this.committed === 0 && size <= chunk) return this.oneShot(size);
+    // Whole chunks first, then the rest (at most a chunk) as the last one. A restart from zero (an
+    // expired session) goes through the whole chunks again.
+    const lastStart = size === 0 ? 0 : Math.floor((size - 1) / chunk) * chunk;
+    for (;;) {
+      await this.sendUpTo(lastStart, chunk);
+      const object = await this.sendChunk(size, size);
+      if (object) return object;
+    }
+  }
+
+  /** A file of at most one chunk, never streamed: one request (uploadType=multipart), its CRC32C checked. */
+  private async oneShot(size: number): Promise<WrittenObject> {
+    const { client, slots, memory } = this.deps;
+    const release = await slots.take();
+    const reservation = await memory.reserve(Math.max(1, size));
+    try {
+      const bytes = Buffer.allocUnsafe(size);
+      await readFully(this.file, bytes, 0);
+      return await client.uploadObject(this.name, bytes, this.opts);
+    } finally {
+      reservation.release();
+      release();
+    }
+  }
+
+  /** Abandons the session (a file that stopped streaming, or was removed): GCS drops its bytes. */
+  async cancel(): Promise<void> {
+    const s = this.session;
+    this.session = null;
+    this.committed = 0;
+    this.crc = 0;
+    if (s) await this.deps.client.cancelUpload(s).catch(() => undefined);
+  }
+
+  /** One chunk [committed, to): the final one when `finalSize` is given. The finished object, or null to go on. */
+  private async sendChunk(to: number, finalSize: number | null): Promise<WrittenObject | null> {
+    const { client, slots, memory, metrics } = this.deps;
+    const from = this.committed;
+    const length = to - from;
+    const release = await slots.take();
+    const reservation = await memory.reserve(length);
+    try {
+      this.session ??= await client.startUpload(this.name, this.opts);
+      const bytes = Buffer.allocUnsafe(length);
+      await readFully(this.file, bytes, from);
+      const crc = crc32c(bytes, this.crc);
+      const final = finalSize === null ? undefined : { size: finalSize, crc32c: crc32cBase64(crc) };
+      try {
+        const progress = await client.putChunk(this.session, from, bytes, { final });
+        this.committed = to;
+        this.crc = crc;
+        if (final && !progress.object) throw new GcsError('INVALID', `upload ${this.name}: finalized without an object in the answer`);
+        return progress.object;
+      } catch (err) {
+        if (isSessionExpired(err) || err instanceof UploadOffsetError) {
+          // Again from the first byte, in a new session: what GCS held is gone or behind what was sent.
+          metrics.inc('gcs_upload_sessions_expired');
+          this.session = null;
+          this.committed = 0;
+          this.crc = 0;
+          return null;
+        }
+        throw err;
+      }
+    } finally {
+      reservation.release();
+      release();
+    }
+  }
+}
+
+/** Reads `into.length` bytes at `pos` (a staged file never ends early: it was written up to its size). */
+export async function readFully(file: fsp.FileHandle, into: Buffer, pos: number): Promise<void> {
+  let done = 0;
+  while (done < into.length) {
+    const { bytesRead } = await file.read(into, done, into.length - done, pos + done);
+    if (bytesRead === 0) {
+      into.fill(0, done); // a hole past the end: zeros, as a read of a sparse file gives
+      return;
+    }
+    done += bytesRead;
+  }
+}
+
+/** Whether a failed upload means another writer got there first (ESTALE, the other writer's object kept). */
+export function clobbered(err: unknown): boolean {
+  return isGcsError(err, 'PRECONDITION');
+}

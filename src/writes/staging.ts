@@ -1,0 +1,105 @@
+import { promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { FreeSpaceMargin } from '../blocks/free-space.js';
+import type { Logger } from '../observe/logger.js';
+import { preparePrivateSubdir } from '../private-dir.js';
+
+/** A staged file would leave less free space than the margin: the write that grows it gets ENOSPC. */
+export class StagingFullError extends Error {
+  override readonly name = 'StagingFullError';
+}
+
+/** How much a staged file may grow between two looks at the file system's free space. */
+const FREE_CHECK_BYTES = 8 * 2 ** 20;
+
+/**
+ * The folder where files open for writing are staged (a local copy of the whole file, uploaded on close
+ * or fsync): `staging/` in gcsmount's cache folder, `--temp-dir DIR`'s `gcsmount-staging/`, or one in the
+ * system's temporary folder, each private (0700). Every daemon has a subfolder of its own named by its
+ * pid and start time; a subfolder whose daemon is gone holds what a crash left: those files are never
+ * uploaded (nobody knows whether they were complete), only reported and removed at the next start.
+ */
+export class StagingDir {
+  private next = 0;
+  private readonly margin: FreeSpaceMargin | null;
+  private grownSinceCheck = 0;
+
+  private constructor(
+    readonly dir: string,
+    private readonly log: Logger,
+  ) {
+    this.margin = FreeSpaceMargin.of(dir);
+  }
+
+  /** Prepares `parent/name` (private), clears what dead daemons left there, and makes this daemon's subfolder. */
+  static open(parent: string, name: string, log: Logger): StagingDir {
+    const root = preparePrivateSubdir(parent, name, { create: true, what: 'temp dir' });
+    clearLeftovers(root, log);
+    const own = join(root, `${process.pid}-${processStart(process.pid) ?? Date.now()}`);
+    rmSync(own, { recursive: true, force: true });
+    const dir = preparePrivateSubdir(root, own.slice(root.length + 1), { create: true, what: 'temp dir' });
+    return new StagingDir(dir, log);
+  }
+
+  /** A new empty staged file, open for reading and writing. */
+  async create(): Promise<{ path: string; handle: fsp.FileHandle }> {
+    const path = join(this.dir, String(this.next++));
+    const handle = await fsp.open(path, 'w+', 0o600);
+    return { path, handle };
+  }
+
+  /**
+   * Called before a staged file grows by `bytes`: throws StagingFullError when that would leave less
+   * than the margin free (5% of the file system, at most 4 GiB), so a full disk is an ENOSPC to the
+   * writer, never a silently short file.
+   */
+  reserve(bytes: number): void {
+    this.grownSinceCheck += bytes;
+    if (this.grownSinceCheck < FREE_CHECK_BYTES || !this.margin) return;
+    this.grownSinceCheck = 0;
+    const free = this.margin.freeBytes();
+    if (free !== null && free - FREE_CHECK_BYTES < this.margin.bytes) {
+      throw new StagingFullError(`temp dir ${this.dir} is down to ${free} bytes free (the margin is ${this.margin.bytes})`);
+    }
+  }
+
+  /** Removes this daemon's subfolder (at exit; the files in it are closed). */
+  close(): void {
+    try {
+      rmSync(this.dir, { recursive: true, force: true });
+    } catch (err) {
+      this.log.warn({ dir: this.dir, err: String(err) }, 'temp dir could not be removed');
+    }
+  }
+}
+
+/** A process's start time (clock ticks since boot), to tell a live daemon from a pid reused since. */
+function processStart(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function clearLeftovers(root: string, log: Logger): void {
+  for (const name of readdirSync(root)) {
+    const m = /^(\d+)-(\d+)$/.exec(name);
+    if (!m) continue;
+    if (processStart(Number(m[1])) === m[2]) continue; // a live daemon's
+    const dir = join(root, name);
+    let files = 0;
+    let bytes = 0;
+    try {
+      for (const f of readdirSync(dir)) {
+        files++;
+        bytes += statSync(join(dir, f)).size;
+      }
+    } catch {
+      // counted what could be
+    }
+    if (files > 0) log.warn({ dir, files, bytes }, 'staged files left by a daemon that stopped without closing them: not uploaded (their writers never closed them), removed');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,386 @@
+import type { promises as fsp } from 'node:fs';
+import { unlink } from 'node:fs/promises';
+import type { BlockSource } from '../blocks/block-source.js';
+import { UPLOAD_CHUNK_UNIT, type ObjectMeta, type WrittenObject } from '../gcs/object-client.js';
+import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
+import type { Logger } from '../observe/logger.js';
+import type { Metrics } from '../observe/metrics.js';
+import { FileUpload, readFully, type UploadDeps } from './file-upload.js';
+import type { StagingDir } from './staging.js';
+
+export interface WriteConfig {
+  /** Bytes per upload chunk (--write-block-size-mb), a multiple of 256 KiB. */
+  chunkBytes: number;
+  /** New files written in order go to GCS as they are written (--enable-streaming-writes). */
+  streaming: boolean;
+  /** Chunks a streaming writer may run ahead of GCS before its writes wait (--write-max-blocks-per-file, at least 1). */
+  maxChunksAhead: number;
+}
+
+export interface WriteStateDeps extends UploadDeps {
+  config: WriteConfig;
+  staging: StagingDir;
+  blocks: BlockSource;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** Why a write or close failed, as the kernel is to be told. */
+export class WriteError extends Error {
+  constructor(
+    readonly errno: 'ESTALE' | 'EIO' | 'ENOSPC' | 'EFBIG',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** GCS's object size limit. */
+const MAX_OBJECT_BYTES = 5 * 2 ** 40;
+
+/**
+ * A file open for writing through the mount (one per path, shared by its open handles): a staged copy of
+ * the whole file, filled from the object it was opened on at its first change (not at all when it is
+ * truncated to nothing or is new), and uploaded at close or fsync with `ifGenerationMatch` set to the
+ * generation it was opened on ('0' for a new file), so an object replaced behind the mount's back is never
+ * overwritten (ESTALE). A new file written in order streams: each full chunk is sent to a resumable
+ * session as soon as it is written, and close sends the last one; a write into bytes already sent, or a
+ * truncate below them, stops the stream (the session is cancelled; close uploads the staged file whole,
+ * so the object never appears half-written).
+ *
+ * Every change and upload runs in order through `serial` (the kernel holds the inode's lock across a
+ * write, but not across a flush or a release); reads of the staged copy do not wait.
+ */
+export class WriteState {
+  handles = 0;
+  /** Removed (unlinked, or renamed over): nothing is uploaded any more. */
+  unlinked = false;
+  size: number;
+  mtimeMs: number;
+  private dirty = false;
+  private stale = false;
+  private staged: { path: string; handle: fsp.FileHandle } | null = null;
+  private filling: Promise<void> | null = null;
+  private upload: FileUpload | null = null;
+  /** Whether a streamed upload may still be fed (a new file, written in order so far). */
+  private streams: boolean;
+  private sending: Promise<void> | null = null;
+  private serial: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly deps: WriteStateDeps,
+    /** The mount path (renames change it). */
+    public path: string,
+    /** The object name uploads go to (renames change it). */
+    public objectName: string,
+    /** The object whose bytes the staged copy starts from: null for a new file. */
+    private source: ObjectMeta | null,
+    /** The precondition of the next upload: the generation the file was opened on, '0' when new. */
+    private expect: string,
+  ) {
+    this.size = source?.size ?? 0;
+    this.mtimeMs = source?.updatedMs ?? Date.now();
+    this.streams = source === null && deps.config.streaming;
+    if (source === null) this.dirty = true; // a new file is uploaded at close even when empty
+  }
+
+  /** The file as lookups and stats show it while it is open for writing. */
+  meta(): ObjectMeta {
+    return {
+      name: this.objectName,
+      size: this.size,
+      generation: this.source?.generation ?? '0',
+      metageneration: this.source?.metageneration ?? '0',
+      updatedMs: this.mtimeMs,
+      crc32c: null,
+    };
+  }
+
+  /** Whether the object this file was opened on exists in the bucket (it is not new). */
+  get inBucket(): boolean {
+    return this.expect !== '0';
+  }
+
+  /** The generation this file's bytes come from, while they are the object's (nothing written yet). */
+  get cleanSource(): ObjectMeta | null {
+    return this.staged === null ? this.source : null;
+  }
+
+  get stagedBytes(): number {
+    return this.staged ? this.size : 0;
+  }
+
+  /** Another writer's object replaced the one this file was opened on: its writes fail from now on. */
+  get isStale(): boolean {
+    return this.stale;
+  }
+
+  /**
+   * The file is now `path`, to be uploaded as `name`, replacing the generation `expect` ('0': none)
+   * there; `moved` is its object moved along (the bytes a staged copy not made yet starts from).
+   */
+  renamed(path: string, name: string, expect: string, moved: ObjectMeta | null): void {
+    this.path = path;
+    this.objectName = name;
+    this.expect = expect;
+    if (moved && !this.staged) this.source = moved;
+    if (this.upload) {
+      const u = this.upload;
+      this.upload = null;
+      this.stopStreaming();
+      void this.run(() => u.cancel());
+    }
+  }
+
+  write(pos: number, data: Buffer): Promise<number> {
+    return this.run(async () => {
+      this.check();
+      if (pos + data.length > MAX_OBJECT_BYTES) throw new WriteError('EFBIG', 'past the largest object GCS stores');
+      await this.ensureStaged(false);
+      // A write into bytes a stream has sent (or is sending) cannot be streamed any more.
+      if (this.upload && pos < this.sentUpTo()) {
+        await this.sending;
+        await this.cancelStream();
+      }
+      const grows = pos + data.length - this.size;
+      if (grows > 0) this.reserveDisk(grows);
+      let done = 0;
+      while (done < data.length) done += (await this.staged!.handle.write(data, done, data.length - done, pos + done)).bytesWritten;
+      this.size = Math.max(this.size, pos + data.length);
+      this.touch();
+      this.deps.metrics.inc('fuse_write_bytes', data.length);
+      if (this.streams) await this.feed();
+      return data.length;
+    });
+  }
+
+  truncate(size: number): Promise<void> {
+    return this.run(async () => {
+      this.check();
+      if (size > MAX_OBJECT_BYTES) throw new WriteError('EFBIG', 'past the largest object GCS stores');
+      if (size === this.size && this.staged) return;
+      await this.ensureStaged(size === 0);
+      if (this.upload && size < this.sentUpTo()) {
+        await this.sending;
+        await this.cancelStream();
+      }
+      if (size > this.size) this.reserveDisk(size - this.size);
+      await this.staged!.handle.truncate(size);
+      this.size = size;
+      this.touch();
+    });
+  }
+
+  /** An explicit mtime (utimes): kept for the upload, as gcsfuse keeps it. */
+  setMtime(ms: number): void {
+    this.mtimeMs = ms;
+  }
+
+  /** Reads from the staged copy; null when there is none (nothing written: read the object). */
+  async read(pos: number, size: number): Promise<Buffer | null> {
+    if (this.filling) await this.filling;
+    if (!this.staged) return null;
+    const n = Math.max(0, Math.min(size, this.size - pos));
+    const buf = Buffer.allocUnsafe(n);
+    await readFully(this.staged.handle, buf, pos);
+    return buf;
+  }
+
+  /**
+   * Uploads what changed (close, fsync of a staged file): the object, or null when there was nothing to
+   * upload. Rejects with a WriteError: ESTALE when the object changed behind the mount (the other
+   * writer's object stays), EIO otherwise (the staged copy stays, the next close or fsync tries again).
+   */
+  flush(): Promise<WrittenObject | null> {
+    return this.run(async () => {
+      if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
+      if (!this.dirty || this.unlinked) return null;
+      await this.ensureStaged(false);
+      const t0 = performance.now();
+      await this.sending?.catch(() => undefined);
+      const upload = this.upload ?? this.newUpload();
+      this.upload = null;
+      this.streams = false;
+      try {
+        const object = await upload.finish(this.size, this.deps.config.chunkBytes);
+        this.dirty = false;
+        this.expect = object.generation;
+        this.source = object;
+        this.deps.metrics.inc('write_uploads');
+        this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
+        void this.adopt(object);
+        return object;
+      } catch (err) {
+        throw this.failed(err);
+      }
+    });
+  }
+
+  /**
+   * fsync: a streamed file sends every whole chunk unit written so far and stays open for more (the object
+   * appears at close, as with gcsfuse's streaming writes); any other file is uploaded now.
+   */
+  sync(): Promise<WrittenObject | null> {
+    if (!this.streams || !this.upload) return this.flush();
+    return this.run(async () => {
+      if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
+      await this.sending?.catch(() => undefined);
+      const aligned = Math.floor(this.size / UPLOAD_CHUNK_UNIT) * UPLOAD_CHUNK_UNIT;
+      try {
+        await this.upload?.sendUpTo(aligned, this.deps.config.chunkBytes);
+      } catch (err) {
+        throw this.failed(err);
+      }
+      return null;
+    });
+  }
+
+  /** The last handle is gone: whatever a failed close left is tried once more, then the staged copy goes. */
+  async close(): Promise<void> {
+    try {
+      if (this.dirty && !this.unlinked && !this.stale) await this.flush();
+    } catch (err) {
+      this.deps.log.error({ object: this.objectName, staged: this.staged?.path, err: String(err) }, 'a file closed without its upload: the staged copy is kept until the daemon stops');
+      return;
+    }
+    await this.run(async () => {
+      await this.sending?.catch(() => undefined);
+      if (this.upload && this.unlinked) await this.cancelStream();
+      if (!this.staged) return;
+      const { path, handle } = this.staged;
+      this.staged = null;
+      await handle.close().catch(() => undefined);
+      await unlink(path).catch(() => undefined);
+    });
+  }
+
+  // ---------------------------------------------------------------- inside
+
+  private run<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.serial.then(work, work);
+    this.serial = next.catch(() => undefined);
+    return next;
+  }
+
+  private check(): void {
+    if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
+  }
+
+  private touch(): void {
+    this.dirty = true;
+    this.mtimeMs = Date.now();
+  }
+
+  private reserveDisk(bytes: number): void {
+    try {
+      this.deps.staging.reserve(bytes);
+    } catch (err) {
+      throw new WriteError('ENOSPC', (err as Error).message);
+    }
+  }
+
+  private sentUpTo(): number {
+    return this.upload ? this.upload.committed + (this.sending ? this.deps.config.chunkBytes : 0) : 0;
+  }
+
+  /** The staged copy, made at the first change: filled from the source object unless it is about to be emptied. */
+  private async ensureStaged(emptying: boolean): Promise<void> {
+    if (this.staged) return;
+    const staged = await this.deps.staging.create();
+    this.staged = staged;
+    const source = this.source;
+    if (!source || emptying || source.size === 0) return;
+    this.reserveDisk(source.size);
+    this.filling = this.fill(source, staged.handle);
+    try {
+      await this.filling;
+    } catch (err) {
+      this.staged = null;
+      await staged.handle.close().catch(() => undefined);
+      await unlink(staged.path).catch(() => undefined);
+      throw this.failed(err);
+    } finally {
+      this.filling = null;
+    }
+  }
+
+  /** The source object's bytes into the staged copy, block by block through the block cache. */
+  private async fill(source: ObjectMeta, handle: fsp.FileHandle): Promise<void> {
+    const bs = this.deps.blocks.blockSize;
+    for (let i = 0; i * bs < source.size; i++) {
+      const block = await this.deps.blocks.get(source, i);
+      try {
+        let done = 0;
+        while (done < block.bytes.length) done += (await handle.write(block.bytes, done, block.bytes.length - done, i * bs + done)).bytesWritten;
+      } finally {
+        block.release();
+      }
+    }
+  }
+
+  private newUpload(): FileUpload {
+    return new FileUpload(this.deps, this.objectName, this.staged!.handle, {
+      ifGenerationMatch: this.expect,
+      metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) },
+    });
+  }
+
+  /** Streaming: sends the next whole chunk when one is written and none is on its way; waits when too far ahead. */
+  private async feed(): Promise<void> {
+    const chunk = this.deps.config.chunkBytes;
+    if (!this.sending && this.size - (this.upload?.committed ?? 0) >= chunk) {
+      if (!this.upload) {
+        this.upload = this.newUpload();
+        this.deps.metrics.inc('write_streamed_files');
+      }
+      const upload = this.upload;
+      const to = upload.committed + chunk;
+      this.sending = upload.sendUpTo(to, chunk).finally(() => (this.sending = null));
+      // A failure shows at close (which uploads from the staged copy again): not here.
+      this.sending.catch(() => undefined);
+    }
+    // Too far ahead of GCS: the writer waits for the chunk on its way (memory and disk stay bounded).
+    const ahead = this.size - (this.upload?.committed ?? 0);
+    if (this.sending && ahead > chunk * (this.deps.config.maxChunksAhead + 1)) await this.sending.catch(() => undefined);
+  }
+
+  private async cancelStream(): Promise<void> {
+    const u = this.upload;
+    this.upload = null;
+    this.stopStreaming();
+    await u?.cancel();
+  }
+
+  private stopStreaming(): void {
+    if (this.streams) this.deps.metrics.inc('write_stream_stops');
+    this.streams = false;
+  }
+
+  private failed(err: unknown): WriteError {
+    if (err instanceof WriteError) return err;
+    if (isPrecondition(err)) {
+      this.stale = true;
+      this.dirty = false;
+      this.deps.metrics.inc('write_estale');
+      return new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened: theirs is kept`);
+    }
+    this.deps.metrics.inc('write_failures');
+    return new WriteError('EIO', `upload of ${this.objectName} failed: ${err instanceof Error ? err.message : String(err)}`);
+  }
+
+  /** The uploaded bytes go into the block cache, read from the staged copy (in the background). */
+  private async adopt(object: WrittenObject): Promise<void> {
+    const staged = this.staged;
+    if (!staged || object.size === 0) return;
+    await this.run(() =>
+      this.deps.blocks
+        .adoptWritten(object, (pos, into) => readFully(staged.handle, into, pos))
+        .then((n) => this.deps.metrics.inc('write_cached_blocks', n))
+        .catch((err: unknown) => this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached')),
+    );
+  }
+}
+
+function isPrecondition(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'PRECONDITION';
+}

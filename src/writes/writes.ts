@@ -1,0 +1,321 @@
+import type { Entry } from '../namespace/entry.js';
+import type { Namespace } from '../namespace/namespace.js';
+import type { NameMapper } from '../namespace/names.js';
+import { GcsError, isGcsError } from '../gcs/errors.js';
+import type { ObjectMeta, WritableObjectClient, WrittenObject } from '../gcs/object-client.js';
+import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
+import type { LocalChanges } from './local-changes.js';
+import { WriteError, WriteState, type WriteStateDeps } from './write-state.js';
+
+export interface WritesDeps extends WriteStateDeps {
+  client: WritableObjectClient;
+  names: NameMapper;
+  namespace: Namespace;
+  changes: LocalChanges;
+  /** A folder with more objects than this is not renamed (gcsfuse's --rename-dir-limit): EMFILE. */
+  renameDirLimit: number;
+}
+
+/** A change the mount refuses, with the errno the kernel gets. */
+export class RefusedError extends Error {
+  constructor(
+    readonly errno: 'EEXIST' | 'ENOTEMPTY' | 'ENOENT' | 'EMFILE' | 'EISDIR' | 'ENOTDIR' | 'ESTALE',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const MOVE_PARALLEL = 16;
+
+/**
+ * The mount's writes: files open for writing (a WriteState per path) and the changes to the bucket's
+ * names (unlink, mkdir, rmdir, rename, mtime), each recorded in LocalChanges so this machine sees it at
+ * once. Object names come from the NameMapper (--only-dir), as the read side's do.
+ */
+export class Writes {
+  private readonly states = new Map<string, WriteState>();
+  /** Last closes still running (an upload a failed close left, the staged copy's removal). */
+  private readonly closing = new Set<Promise<void>>();
+
+  constructor(private readonly deps: WritesDeps) {
+    deps.metrics.setGauge('write_files_open', () => this.states.size);
+    deps.metrics.setGauge('write_staged_bytes', () => {
+      let n = 0;
+      for (const s of this.states.values()) n += s.stagedBytes;
+      return n;
+    });
+    deps.metrics.setGauge('write_uploads_in_flight', () => deps.slots.inUse);
+  }
+
+  /** The file open for writing at `path`, if any. */
+  stateOf(path: string): WriteState | undefined {
+    return this.states.get(path);
+  }
+
+  /** What this machine knows of `path` ahead of the caches: an open file, a change made here, or nothing (undefined). */
+  localEntry(path: string): Entry | null | undefined {
+    const state = this.states.get(path);
+    if (state) return { kind: 'file', meta: state.meta() };
+    return this.deps.changes.get(path);
+  }
+
+  /** What `path` is now, as this machine must see it. */
+  async entryOf(path: string): Promise<Entry | null> {
+    const local = this.localEntry(path);
+    if (local !== undefined) return local;
+    return this.deps.namespace.lookup(path);
+  }
+
+  /** Names changed here in the folder at `path` (null: removed), open files included. */
+  changesIn(folder: string): Map<string, Entry | null> {
+    const out = new Map(this.deps.changes.inFolder(folder) ?? []);
+    const prefix = folder === '/' ? '/' : `${folder}/`;
+    for (const [path, state] of this.states) {
+      if (path.startsWith(prefix) && !path.slice(prefix.length).includes('/')) out.set(path.slice(prefix.length), { kind: 'file', meta: state.meta() });
+    }
+    return out;
+  }
+
+  /** Opens `path` for writing: the file open already, or a new state over `source` (null: a new file). */
+  open(path: string, source: ObjectMeta | null): WriteState {
+    let state = this.states.get(path);
+    if (!state) {
+      state = new WriteState(this.deps, path, this.deps.names.objectName(path), source, source?.generation ?? '0');
+      this.states.set(path, state);
+    }
+    state.handles++;
+    return state;
+  }
+
+  /** A handle of `state` closed; the last one uploads what is left and drops the staged copy. */
+  release(state: WriteState): Promise<void> {
+    if (--state.handles > 0) return Promise.resolve();
+    const closing = state.close().then(() => {
+      if (state.handles > 0) return; // opened again meanwhile: it goes on
+      if (this.states.get(state.path) === state) this.states.delete(state.path);
+    });
+    this.closing.add(closing);
+    void closing.finally(() => this.closing.delete(closing));
+    return closing;
+  }
+
+  /** Waits for the closes still running (the daemon is stopping). */
+  async drain(): Promise<void> {
+    while (this.closing.size > 0) await Promise.allSettled([...this.closing]);
+  }
+
+  /** An upload of `state` finished: this machine sees the object from now on. */
+  uploaded(state: WriteState, object: WrittenObject): void {
+    if (!state.unlinked) this.deps.changes.set(state.path, { kind: 'file', meta: object });
+  }
+
+  // ---------------------------------------------------------------- names
+
+  /** unlink: the object goes (whatever generation is live, as gcsfuse deletes); an open file of it stops uploading. */
+  async removeFile(path: string): Promise<void> {
+    const state = this.states.get(path);
+    const entry = state ? null : await this.entryOf(path);
+    if (!state && !entry) throw new RefusedError('ENOENT', `${path} does not exist`);
+    if (entry?.kind === 'dir') throw new RefusedError('EISDIR', `${path} is a folder`);
+    if (state) {
+      state.unlinked = true;
+      this.states.delete(path);
+    }
+    if (!state || state.inBucket) await this.deleteObject(this.deps.names.objectName(path));
+    this.deps.changes.set(path, null);
+  }
+
+  /** mkdir: a placeholder object `dir/`, created only where nothing is (EEXIST otherwise). */
+  async makeDir(path: string): Promise<Entry> {
+    const existing = await this.entryOf(path);
+    if (existing) throw new RefusedError('EEXIST', `${path} exists`);
+    try {
+      await this.deps.client.uploadObject(this.deps.names.dirPrefix(path), Buffer.alloc(0), { ifGenerationMatch: '0' });
+    } catch (err) {
+      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('EEXIST', `${path} exists`);
+      throw err;
+    }
+    const entry: Entry = { kind: 'dir', mtimeMs: Date.now() };
+    this.deps.changes.set(path, entry);
+    return entry;
+  }
+
+  /** rmdir: refused while anything is under the folder (in the bucket, or open here); its placeholder goes. */
+  async removeDir(path: string): Promise<void> {
+    const entry = await this.entryOf(path);
+    if (!entry) throw new RefusedError('ENOENT', `${path} does not exist`);
+    if (entry.kind !== 'dir') throw new RefusedError('ENOTDIR', `${path} is not a folder`);
+    if (this.hasLocalChildren(path)) throw new RefusedError('ENOTEMPTY', `${path} has files open for writing`);
+    const prefix = this.deps.names.dirPrefix(path);
+    const page = await this.deps.client.list({ prefix, maxResults: 2 });
+    if (page.objects.some((o) => o.name !== prefix)) throw new RefusedError('ENOTEMPTY', `${path} is not empty`);
+    await this.deleteObject(prefix);
+    this.deps.changes.set(path, null);
+  }
+
+  /** rename of a file or a folder (flags: RENAME_NOREPLACE = 1, RENAME_EXCHANGE = 2). Returns the new entry. */
+  async rename(from: string, to: string, flags: number): Promise<Entry> {
+    if (flags & 2) throw new RefusedError('ESTALE', 'RENAME_EXCHANGE is not supported'); // answered EINVAL by the caller
+    const source = await this.entryOf(from);
+    if (!source) throw new RefusedError('ENOENT', `${from} does not exist`);
+    const target = await this.entryOf(to);
+    if (target && flags & 1) throw new RefusedError('EEXIST', `${to} exists`);
+    if (source.kind === 'dir') return this.renameDir(from, to, target);
+    if (target?.kind === 'dir') throw new RefusedError('EISDIR', `${to} is a folder`);
+    return this.renameFile(from, to, source.meta, target);
+  }
+
+  /** utimes of a file's mtime: kept for an open file's upload, else set in the object's metadata (gcsfuse_mtime). */
+  async setMtime(path: string, ms: number): Promise<void> {
+    const state = this.states.get(path);
+    if (state) return state.setMtime(ms);
+    const entry = await this.entryOf(path);
+    if (entry?.kind !== 'file') return;
+    try {
+      const object = await this.deps.client.patchMetadata(entry.meta.name, {
+        ifMetagenerationMatch: entry.meta.metageneration,
+        metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(ms)) * 1_000_000n) },
+      });
+      this.deps.changes.set(path, { kind: 'file', meta: { ...object, updatedMs: ms } });
+    } catch (err) {
+      // Gone or changed meanwhile: nothing of ours to set it on (gcsfuse ignores these too).
+      if (!isGcsError(err, 'NOT_FOUND') && !isGcsError(err, 'PRECONDITION')) throw err;
+    }
+  }
+
+  // ---------------------------------------------------------------- inside
+
+  private hasLocalChildren(path: string): boolean {
+    const prefix = `${path}/`;
+    for (const p of this.states.keys()) if (p.startsWith(prefix)) return true;
+    return false;
+  }
+
+  private async deleteObject(name: string): Promise<void> {
+    try {
+      await this.deps.client.deleteObject(name);
+    } catch (err) {
+      // Already gone (another writer, or a retried delete whose first answer was lost): what we wanted.
+      if (!isGcsError(err, 'NOT_FOUND')) throw err;
+    }
+  }
+
+  private async renameFile(from: string, to: string, meta: ObjectMeta, target: Entry | null): Promise<Entry> {
+    const state = this.states.get(from);
+    const replaced = this.states.get(to);
+    const targetGen = target?.kind === 'file' && target.meta.generation !== '0' ? (replaced && !replaced.inBucket ? '0' : target.meta.generation) : '0';
+    let moved: WrittenObject | null = null;
+    if (!state || state.inBucket) moved = await this.moveObject(this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta.generation, targetGen);
+    if (replaced) {
+      replaced.unlinked = true;
+      this.states.delete(to);
+    }
+    this.deps.changes.set(from, null);
+    if (state) {
+      this.states.delete(from);
+      state.renamed(to, this.deps.names.objectName(to), moved?.generation ?? targetGen, moved);
+      this.states.set(to, state);
+      return { kind: 'file', meta: state.meta() };
+    }
+    const entry: Entry = { kind: 'file', meta: moved! };
+    this.deps.changes.set(to, entry);
+    return entry;
+  }
+
+  /** The atomic objects.move; where the server has none (400/501), a copy then a delete, with the same preconditions. */
+  private async moveObject(src: string, dest: string, srcGen: string | undefined, destGen: string): Promise<WrittenObject> {
+    const { client } = this.deps;
+    try {
+      return await client.moveObject(src, dest, { ifSourceGenerationMatch: srcGen, ifGenerationMatch: destGen });
+    } catch (err) {
+      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('ESTALE', `${src} or ${dest} changed while being renamed`);
+      if (!isGcsError(err, 'INVALID')) throw err;
+    }
+    const copy = await client.copyObject(src, dest, { ifSourceGenerationMatch: srcGen, ifGenerationMatch: destGen }).catch((err: unknown) => {
+      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('ESTALE', `${src} or ${dest} changed while being renamed`);
+      throw err;
+    });
+    await this.deleteObject(src);
+    return copy;
+  }
+
+  private movedUnder(from: string, to: string, rel: string, moved: WrittenObject): void {
+    noteMoved(this.deps.changes, from, to, rel, moved);
+  }
+
+  private async renameDir(from: string, to: string, target: Entry | null): Promise<Entry> {
+    const { client, names } = this.deps;
+    if (target?.kind === 'file') throw new RefusedError('ENOTDIR', `${to} is a file`);
+    if (target?.kind === 'dir') {
+      const page = await client.list({ prefix: names.dirPrefix(to), maxResults: 2 });
+      if (page.objects.some((o) => o.name !== names.dirPrefix(to)) || this.hasLocalChildren(to)) throw new RefusedError('ENOTEMPTY', `${to} is not empty`);
+    }
+    const srcPrefix = names.dirPrefix(from);
+    const destPrefix = names.dirPrefix(to);
+    const objects: ObjectMeta[] = [];
+    let pageToken: string | undefined;
+    do {
+      const page = await client.list({ prefix: srcPrefix, pageToken, maxResults: 1000 });
+      objects.push(...page.objects);
+      pageToken = page.nextPageToken ?? undefined;
+      if (objects.filter((o) => o.name !== srcPrefix).length > this.deps.renameDirLimit) {
+        throw new RefusedError('EMFILE', `${from} holds more than --rename-dir-limit (${this.deps.renameDirLimit}) objects`);
+      }
+    } while (pageToken);
+    // Files of the folder open for writing here go with it.
+    for (const [path, state] of [...this.states]) {
+      if (!path.startsWith(`${from}/`)) continue;
+      const dest = to + path.slice(from.length);
+      this.states.delete(path);
+      state.renamed(dest, names.objectName(dest), '0', null);
+      this.states.set(dest, state);
+    }
+    const hasPlaceholder = objects.some((o) => o.name === srcPrefix);
+    const files = objects.filter((o) => o.name !== srcPrefix);
+    if (target?.kind === 'dir') await this.deleteObject(destPrefix);
+    // The new placeholder first and the old one last, so the folder is never missing on either side.
+    if (hasPlaceholder || files.length === 0) await client.uploadObject(destPrefix, Buffer.alloc(0), { ifGenerationMatch: '0' }).catch(ignorePrecondition);
+    for (let i = 0; i < files.length; i += MOVE_PARALLEL) {
+      await Promise.all(
+        files.slice(i, i + MOVE_PARALLEL).map(async (o) => {
+          const dest = destPrefix + o.name.slice(srcPrefix.length);
+          const moved = await this.moveObject(o.name, dest, o.generation, '0');
+          this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
+        }),
+      );
+    }
+    if (hasPlaceholder) await this.deleteObject(srcPrefix);
+    this.deps.changes.set(from, null);
+    const entry: Entry = { kind: 'dir', mtimeMs: Date.now() };
+    this.deps.changes.set(to, entry);
+    return entry;
+  }
+}
+
+/** Records one object of a folder rename: it and the sub-folders it implies are gone under `from` and present under `to`. */
+function noteMoved(changes: LocalChanges, from: string, to: string, rel: string, moved: WrittenObject): void {
+  const isDir = rel.endsWith('/');
+  const parts = (isDir ? rel.slice(0, -1) : rel).split('/');
+  for (let i = 1; i <= parts.length; i++) {
+    const sub = parts.slice(0, i).join('/');
+    const leaf = i === parts.length;
+    changes.set(`${from}/${sub}`, null);
+    changes.set(`${to}/${sub}`, leaf && !isDir ? { kind: 'file', meta: moved } : { kind: 'dir', mtimeMs: moved.updatedMs });
+  }
+}
+
+function ignorePrecondition(err: unknown): void {
+  if (!isGcsError(err, 'PRECONDITION')) throw err;
+}
+
+/** The errno a failed write-side operation answers with. */
+export function writeErrno(err: unknown): string {
+  if (err instanceof RefusedError || err instanceof WriteError) return err.errno;
+  if (err instanceof GcsError) {
+    if (err.code === 'NOT_FOUND') return 'ENOENT';
+    if (err.code === 'FORBIDDEN' || err.code === 'UNAUTHENTICATED') return 'EACCES';
+    if (err.code === 'PRECONDITION') return 'ESTALE';
+  }
+  return 'EIO';
+}
