@@ -5,6 +5,7 @@ import { statFor } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import type { Attr } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
+import { WriteOps } from './ops-writes.js';
 
 /**
  * A bucket has no capacity: report a huge constant one, as gcsfuse does (1 PiB free, and inodes to
@@ -65,8 +66,9 @@ export class EntryOps {
     const { inodes, handles, deps } = this.ctx;
     const path = inodes.path(ino);
     if (path === undefined) return a.error(Errno.ESTALE);
-    // A file open for writing shows its staged size and mtime.
-    const written = this.ctx.writes?.stateOf(path);
+    // A file open for writing shows its staged size and mtime; an fstat, its handle's file's.
+    const fh = fhPlusOne - 1;
+    const written = (fhPlusOne > 0 && WriteOps.isWriteHandle(fh) ? this.ctx.writeOps?.stateOfHandle(fh) : undefined) ?? this.ctx.writes?.stateOf(path);
     if (written) return a.attr(statFor(ino, { kind: 'file', meta: written.meta() }, deps.attributes), deps.timeouts.attrSec);
     // An open file keeps showing the generation it pinned.
     const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;

@@ -47,6 +47,11 @@ export class WriteOps {
     return fh >= WRITE_FH_BASE;
   }
 
+  /** The file behind a handle of ours (an unlinked or replaced one included: it is the handle's, not the path's). */
+  stateOfHandle(fh: number): WriteState | undefined {
+    return this.files.get(fh)?.state;
+  }
+
   create(a: Answer, parent: number, name: string, flags: number): void {
     const { inodes, deps } = this.ctx;
     const dir = inodes.path(parent);
@@ -154,8 +159,8 @@ export class WriteOps {
 
   fsync(a: Answer, fh: number): void {
     const h = this.files.get(fh);
-    if (!h) return a.error(Errno.EBADF);
-    if (!h.writable) return a.ok();
+    // A read handle's file has nothing of ours to make durable.
+    if (!h || !h.writable) return a.ok();
     this.uploaded(h.state, h.state.sync()).then(
       () => a.ok(),
       (err) => this.failed(a, h.state.path, err),
@@ -194,7 +199,13 @@ export class WriteOps {
           }
         }
       }
-      if (toSet & (SET_ATTR.MTIME | SET_ATTR.MTIME_NOW)) await this.writes.setMtime(path, toSet & SET_ATTR.MTIME_NOW || mtime < 0 ? Date.now() : mtime);
+      if (toSet & (SET_ATTR.MTIME | SET_ATTR.MTIME_NOW)) {
+        const ms = toSet & SET_ATTR.MTIME_NOW || mtime < 0 ? Date.now() : mtime;
+        if (handle) handle.state.setMtime(ms);
+        else await this.writes.setMtime(path, ms);
+      }
+      // An open file answers for itself: its name may be another file's by now (unlinked, replaced).
+      if (handle) return { kind: 'file', meta: handle.state.meta() };
       return this.writes.entryOf(path);
     };
     work().then(

@@ -171,6 +171,21 @@ export class WriteState {
     });
   }
 
+  /**
+   * The name is being removed or replaced while this file is open: its handles keep the bytes they had
+   * (POSIX), so a copy not yet staged is made now, while the object still exists; nothing is uploaded
+   * from here on.
+   */
+  detach(): Promise<void> {
+    return this.run(async () => {
+      try {
+        await this.ensureStaged(false);
+      } finally {
+        this.unlinked = true;
+      }
+    });
+  }
+
   /** An explicit mtime (utimes): kept for the upload, as gcsfuse keeps it. */
   setMtime(ms: number): void {
     this.mtimeMs = ms;

@@ -119,8 +119,8 @@ export class Writes {
     if (!state && !entry) throw new RefusedError('ENOENT', `${path} does not exist`);
     if (entry?.kind === 'dir') throw new RefusedError('EISDIR', `${path} is a folder`);
     if (state) {
-      state.unlinked = true;
       this.states.delete(path);
+      await state.detach();
     }
     if (!state || state.inBucket) await this.deleteObject(this.deps.names.objectName(path));
     this.deps.changes.set(path, null);
@@ -205,12 +205,12 @@ export class Writes {
     const state = this.states.get(from);
     const replaced = this.states.get(to);
     const targetGen = target?.kind === 'file' && target.meta.generation !== '0' ? (replaced && !replaced.inBucket ? '0' : target.meta.generation) : '0';
+    if (replaced) {
+      this.states.delete(to);
+      await replaced.detach();
+    }
     let moved: WrittenObject | null = null;
     if (!state || state.inBucket) moved = await this.moveObject(this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta.generation, targetGen);
-    if (replaced) {
-      replaced.unlinked = true;
-      this.states.delete(to);
-    }
     this.deps.changes.set(from, null);
     if (state) {
       this.states.delete(from);
@@ -263,27 +263,30 @@ export class Writes {
         throw new RefusedError('EMFILE', `${from} holds more than --rename-dir-limit (${this.deps.renameDirLimit}) objects`);
       }
     } while (pageToken);
-    // Files of the folder open for writing here go with it.
-    for (const [path, state] of [...this.states]) {
-      if (!path.startsWith(`${from}/`)) continue;
-      const dest = to + path.slice(from.length);
-      this.states.delete(path);
-      state.renamed(dest, names.objectName(dest), '0', null);
-      this.states.set(dest, state);
-    }
     const hasPlaceholder = objects.some((o) => o.name === srcPrefix);
     const files = objects.filter((o) => o.name !== srcPrefix);
     if (target?.kind === 'dir') await this.deleteObject(destPrefix);
     // The new placeholder first and the old one last, so the folder is never missing on either side.
     if (hasPlaceholder || files.length === 0) await client.uploadObject(destPrefix, Buffer.alloc(0), { ifGenerationMatch: '0' }).catch(ignorePrecondition);
+    const movedByName = new Map<string, WrittenObject>();
     for (let i = 0; i < files.length; i += MOVE_PARALLEL) {
       await Promise.all(
         files.slice(i, i + MOVE_PARALLEL).map(async (o) => {
           const dest = destPrefix + o.name.slice(srcPrefix.length);
           const moved = await this.moveObject(o.name, dest, o.generation, '0');
+          movedByName.set(dest, moved);
           this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
         }),
       );
+    }
+    // Files of the folder open for writing here go with it, each now over its moved object (if it had one).
+    for (const [path, state] of [...this.states]) {
+      if (!path.startsWith(`${from}/`)) continue;
+      const dest = to + path.slice(from.length);
+      const moved = movedByName.get(names.objectName(dest)) ?? null;
+      this.states.delete(path);
+      state.renamed(dest, names.objectName(dest), moved?.generation ?? '0', moved);
+      this.states.set(dest, state);
     }
     if (hasPlaceholder) await this.deleteObject(srcPrefix);
     this.deps.changes.set(from, null);
