@@ -145,6 +145,13 @@ void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t cr
   pthread_mutex_unlock(&eng.lock);
 }
 
+void br_file_clear(struct br_file *f) {
+  pthread_mutex_lock(&eng.lock);
+  for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
+  f->ahead_upto = 0;
+  pthread_mutex_unlock(&eng.lock);
+}
+
 static uint32_t block_len(const struct br_file *f, uint64_t block) {
   uint64_t start = block * f->block_size;
   uint64_t left = f->size > start ? f->size - start : 0;

@@ -51,6 +51,8 @@ struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size);
 void br_file_ref(struct br_file *f);
 void br_file_unref(struct br_file *f);
 uint64_t br_file_js_fh(const struct br_file *f);
+// Forgets every block registered for the file (a writer changes its bytes): its reads go to JavaScript.
+void br_file_clear(struct br_file *f);
 // Registers block `block` of the file as the block file `key` with CRC32C `crc`.
 void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t crc);
 

@@ -68,6 +68,16 @@ static napi_value native_file(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// dropBlocks(file): a writer changes the file's bytes: none of its registered blocks answers a read now.
+static napi_value drop_blocks(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  struct br_file *f = file_arg(env, argv[0]);
+  if (!f) return NULL;
+  br_file_clear(f);
+  return NULL;
+}
+
 // addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
 static napi_value add_blocks(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -198,6 +208,7 @@ static napi_value native_maintain(napi_env env, napi_callback_info info) {
 int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("nativeFile", native_file);
   EXPORT("addBlocks", add_blocks);
+  EXPORT("dropBlocks", drop_blocks);
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);
   EXPORT("nativeStats", native_stats);

@@ -59,7 +59,8 @@ export class HandleReader {
 
   constructor(
     private readonly source: BlockSource,
-    readonly meta: ObjectMeta,
+    /** The generation read; moved() changes it for the same bytes under another name. */
+    public meta: ObjectMeta,
     private readonly cfg: HandleReaderConfig,
   ) {
     this.unregister = cfg.memory?.addReclaimer((level, short) => this.reclaim(level, short)) ?? (() => undefined);

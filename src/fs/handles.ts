@@ -3,7 +3,8 @@ import type { HandleReader } from '../blocks/handle-reader.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 
 interface OpenFile {
-  path: string;
+  /** Null once the handle reads a private copy (its object went): it pins nothing. */
+  path: string | null;
   reader: HandleReader;
 }
 
@@ -113,6 +114,35 @@ export class HandleTable {
     return fd;
   }
 
+  /** The path a handle reads (null once it reads a private copy). */
+  pathOf(fd: number): string | null {
+    return this.open.get(fd)?.path ?? null;
+  }
+
+  /** The handles open on `path`. */
+  openOn(path: string): number[] {
+    const out: number[] = [];
+    for (const [fd, f] of this.open) if (f.path === path) out.push(fd);
+    return out;
+  }
+
+  /**
+   * The object at `from` was renamed to `to` (a new generation with the same bytes): its open handles
+   * read that one now, under the new name, and the pin goes with them.
+   */
+  moved(from: string, to: string, meta: ObjectMeta): void {
+    const pin = this.pins.get(from);
+    if (!pin) return;
+    this.pins.delete(from);
+    this.reported.delete(from);
+    this.pins.set(to, { meta, opens: pin.opens });
+    for (const f of this.open.values()) {
+      if (f.path !== from) continue;
+      f.path = to;
+      f.reader.meta = meta;
+    }
+  }
+
   get(fd: number): HandleReader | undefined {
     return this.open.get(fd)?.reader;
   }
@@ -121,8 +151,20 @@ export class HandleTable {
     const file = this.open.get(fd);
     if (!file) return;
     this.open.delete(fd);
+    this.unpin(file);
+  }
+
+  /** The handle reads a private copy from now on: its path's generation is no longer held for it (the number stays taken). */
+  release(fd: number): void {
+    const file = this.open.get(fd);
+    if (file) this.unpin(file);
+  }
+
+  private unpin(file: OpenFile): void {
+    if (file.path === null) return;
     const pin = this.pins.get(file.path);
     if (pin && --pin.opens === 0) this.pins.delete(file.path);
+    file.path = null;
   }
 
   get size(): number {

@@ -164,6 +164,8 @@ export interface FuseAddon {
   preloadBlock(key: string, crc: number, length: number): boolean;
   /** Keys of the block files read since the last call (access times); frees block memory idle that long. */
   nativeMaintain(idleSecs: number): string[];
+  /** A writer changes the open file's bytes: none of the blocks registered for it answers a read natively now. */
+  dropBlocks(file: NativeFile): void;
   /** The native CRC32C (hardware where the CPU has it). */
   crc32c(data: Buffer, crc?: number): number;
   /** Lifts the soft RLIMIT_NOFILE to the hard one; returns [soft, hard] in force after (-1: unlimited). */

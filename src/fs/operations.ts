@@ -206,6 +206,18 @@ export function createOperations(deps: OperationDeps): Operations {
   const { handles, inodes } = ctx;
   ctx.writeOps = ctx.writes ? new WriteOps(ctx, ctx.writes) : null;
   const families: OpFamilies = { entries: new EntryOps(ctx), reads: new ReadOps(ctx), dirs: new DirOps(ctx), writes: ctx.writeOps };
+  if (ctx.writes) {
+    const reads = families.reads;
+    ctx.writes.readers = {
+      beforeRemoved: (path, state) => reads.keepBytes(path, state),
+      moved: (from, to, object) => handles.moved(from, to, object),
+      uploaded: (path, object) => {
+        handles.moved(path, path, object);
+        handles.reportedToKernel(path, object);
+      },
+      writeOpened: (path) => reads.writeOpened(path),
+    };
+  }
   deps.metrics.setGauge('open_files', () => handles.size);
   deps.metrics.setGauge('open_dirs', () => families.dirs.openCount);
   deps.metrics.setGauge('kernel_inodes', () => inodes.size - 1);

@@ -2,9 +2,10 @@ import { constants } from 'node:fs';
 import { HandleReader } from '../blocks/handle-reader.js';
 import { isGcsError } from '../gcs/errors.js';
 import { Errno, errnoFor } from './errno.js';
-import { OPEN_FLAGS, type NativeFile } from './kernel.js';
+import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
+import type { WriteState } from '../writes/write-state.js';
 
 /** Linux's O_ACCMODE: node:fs does not export it. */
 const O_ACCMODE = 3;
@@ -21,6 +22,8 @@ const MAX_POOLED_BUFFERS = 64;
 export class ReadOps {
   /** The native side of each open file (which of its blocks are on disk), by handle. */
   private readonly files = new Map<number, NativeFile>();
+  /** Handles whose object went (unlinked, replaced): they read the private copy made before it did. */
+  private readonly orphans = new Map<number, WriteState>();
   private readonly pool: Buffer[] = [];
 
   constructor(private readonly ctx: OpContext) {}
@@ -66,12 +69,30 @@ export class ReadOps {
   }
 
   /** `fallback`: the native path gave this read back (a FALLBACK reason), `damagedKey` the block file it found bad. */
-  read(a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number): void {
+  read(a: Answer, ino: number, fh: number, pos: number, size: number, damagedKey: string | undefined, fallback: number, clean = false): void {
     const { inodes, handles, deps } = this.ctx;
     if (fallback) deps.native?.gaveBack(damagedKey, fallback);
     if (this.ctx.writeOps && WriteOps.isWriteHandle(fh)) return this.ctx.writeOps.read(a, fh, pos, size);
+    const orphan = this.orphans.get(fh);
+    if (orphan) {
+      orphan.read(pos, size).then(
+        (bytes) => (bytes ? a.buf(bytes, bytes.length) : a.buf(Buffer.alloc(0), 0)),
+        (err) => this.ctx.fail(a, orphan.path, err, Errno.EIO),
+      );
+      return;
+    }
     const reader = handles.get(fh);
     if (!reader) return a.error(Errno.EBADF);
+    // The file is open for writing too (same inode): what the writer wrote is what every reader reads.
+    const path = this.ctx.writes && !clean ? handles.pathOf(fh) : null;
+    const written = path === null ? undefined : this.ctx.writes?.stateOf(path);
+    if (written) {
+      written.read(pos, size).then(
+        (bytes) => (bytes ? a.buf(bytes, bytes.length) : this.read(a, ino, fh, pos, size, undefined, FALLBACK.NONE, true)),
+        (err) => this.ctx.fail(a, written.path, err, Errno.EIO),
+      );
+      return;
+    }
     // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
     deps.prefetcher?.read(reader.meta, pos);
     // Within one block that is here already: the kernel copies straight out of the block's memory.
@@ -81,9 +102,10 @@ export class ReadOps {
       return a.buf(view, view.length);
     }
     // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
-    // or this handle is already fetching them: a cold reader's blocks are held before they arrive).
+    // or this handle is already fetching them: a cold reader's blocks are held before they arrive; or a
+    // writer has the file open, whose first change the native side would not see).
     const file = this.files.get(fh);
-    if (deps.native && file && !fallback && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
+    if (deps.native && file && !fallback && !clean && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
       const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
       if (until > 0) return reader.servedElsewhere(until);
     }
@@ -119,10 +141,40 @@ export class ReadOps {
 
   release(a: Answer, fh: number): void {
     if (this.ctx.writeOps && WriteOps.isWriteHandle(fh)) return this.ctx.writeOps.release(a, fh);
+    const orphan = this.orphans.get(fh);
+    if (orphan) {
+      this.orphans.delete(fh);
+      void this.ctx.writes?.release(orphan);
+    }
     this.ctx.handles.get(fh)?.close();
     this.ctx.handles.remove(fh);
     this.files.delete(fh);
     a.ok();
+  }
+
+  /** A writer opened `path`: its readers' blocks on disk no longer answer for it (the writer changes the bytes). */
+  writeOpened(path: string): void {
+    for (const fh of this.ctx.handles.openOn(path)) {
+      const file = this.files.get(fh);
+      if (file) this.ctx.deps.fuse.dropBlocks(file);
+    }
+  }
+
+  /**
+   * `path` is about to be removed or replaced: each handle reading it reads `state` (the file a writer has
+   * open there) or, without one, a private copy of its bytes made first.
+   */
+  async keepBytes(path: string, state: WriteState | undefined): Promise<void> {
+    const writes = this.ctx.writes;
+    if (!writes) return;
+    for (const fh of this.ctx.handles.openOn(path)) {
+      const reader = this.ctx.handles.get(fh);
+      if (!reader || this.orphans.has(fh)) continue;
+      // The file a writer has open is the one this handle reads (one inode): it goes on reading it.
+      if (state) state.handles++;
+      this.orphans.set(fh, state ?? (await writes.keepCopy(path, reader.meta)));
+      this.ctx.handles.release(fh);
+    }
   }
 
   /** The read no block's memory can answer: copied into a buffer (a pooled one when it fits) as blocks arrive. */

@@ -151,7 +151,7 @@ export class WriteOps {
     const h = this.files.get(fh);
     if (!h) return a.error(Errno.EBADF);
     if (!h.writable) return a.ok();
-    this.uploaded(h.state, h.state.flush()).then(
+    h.state.flush().then(
       () => a.ok(),
       (err) => this.failed(a, h.state.path, err),
     );
@@ -161,7 +161,7 @@ export class WriteOps {
     const h = this.files.get(fh);
     // A read handle's file has nothing of ours to make durable.
     if (!h || !h.writable) return a.ok();
-    this.uploaded(h.state, h.state.sync()).then(
+    h.state.sync().then(
       () => a.ok(),
       (err) => this.failed(a, h.state.path, err),
     );
@@ -184,8 +184,12 @@ export class WriteOps {
     const work = async (): Promise<Entry | null> => {
       if (toSet & SET_ATTR.SIZE) {
         const open = handle?.state ?? this.writes.stateOf(path);
-        if (open) await open.truncate(size);
-        else {
+        if (handle) await handle.state.truncate(size);
+        else if (open) {
+          // truncate(2) by name: done when it returns, as on a disk, though the file is open here.
+          await open.truncate(size);
+          await open.flush();
+        } else {
           const entry = await this.writes.entryOf(path);
           if (!entry) throw Object.assign(new Error(`${path} does not exist`), { errno: Errno.ENOENT });
           if (entry.kind === 'dir') throw Object.assign(new Error(`${path} is a folder`), { errno: Errno.EISDIR });
@@ -193,7 +197,7 @@ export class WriteOps {
           const state = this.writes.open(path, entry.meta);
           try {
             await state.truncate(size);
-            await this.uploaded(state, state.flush());
+            await state.flush();
           } finally {
             await this.writes.release(state);
           }
@@ -274,14 +278,6 @@ export class WriteOps {
     const fh = this.next++;
     this.files.set(fh, { state, writable });
     return fh;
-  }
-
-  /** An upload's object becomes what this machine sees, and what the kernel's pages of the file hold. */
-  private async uploaded(state: WriteState, upload: Promise<import('../gcs/object-client.js').WrittenObject | null>): Promise<void> {
-    const object = await upload;
-    if (!object) return;
-    this.writes.uploaded(state, object);
-    this.ctx.handles.reportedToKernel(state.path, object);
   }
 
   private change(a: Answer, parent: number, name: string, work: (path: string) => Promise<void>): void {

@@ -19,6 +19,8 @@ export interface WriteConfig {
 
 export interface WriteStateDeps extends UploadDeps {
   config: WriteConfig;
+  /** An upload finished: this machine sees `object` at `state.path` from now on. */
+  uploaded: (state: WriteState, object: WrittenObject) => void;
   staging: StagingDir;
   blocks: BlockSource;
   log: Logger;
@@ -221,6 +223,7 @@ export class WriteState {
         this.dirty = false;
         this.expect = object.generation;
         this.source = object;
+        this.deps.uploaded(this, object);
         this.deps.metrics.inc('write_uploads');
         this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
         void this.adopt(object);

@@ -7,13 +7,30 @@ import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
 import type { LocalChanges } from './local-changes.js';
 import { WriteError, WriteState, type WriteStateDeps } from './write-state.js';
 
-export interface WritesDeps extends WriteStateDeps {
+export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded'> {
   client: WritableObjectClient;
   names: NameMapper;
   namespace: Namespace;
   changes: LocalChanges;
   /** A folder with more objects than this is not renamed (gcsfuse's --rename-dir-limit): EMFILE. */
   renameDirLimit: number;
+}
+
+/**
+ * The read side's open files, told before a name they read goes (so they keep their bytes) and when the
+ * object they read is renamed (the same bytes under a new name and generation).
+ */
+export interface OpenReaders {
+  /**
+   * The name goes: its readers keep their bytes. With `state` (the file open for writing there), they
+   * are that same file and read it; else each gets a private copy of what it read.
+   */
+  beforeRemoved(path: string, state?: WriteState): Promise<void>;
+  moved(from: string, to: string, object: ObjectMeta): void;
+  /** A new generation of `path` was written here: readers of the file go on with it, and the kernel is told of it. */
+  uploaded(path: string, object: ObjectMeta): void;
+  /** `path` is open for writing now: readers of it read what the writer writes. */
+  writeOpened(path: string): void;
 }
 
 /** A change the mount refuses, with the errno the kernel gets. */
@@ -35,10 +52,18 @@ const MOVE_PARALLEL = 16;
  */
 export class Writes {
   private readonly states = new Map<string, WriteState>();
+  /** Set by the FUSE layer once its read handles exist. */
+  readers: OpenReaders | null = null;
   /** Last closes still running (an upload a failed close left, the staged copy's removal). */
   private readonly closing = new Set<Promise<void>>();
 
+  private readonly stateDeps: WriteStateDeps;
+
   constructor(private readonly deps: WritesDeps) {
+    this.stateDeps = {
+      ...deps,
+      uploaded: (state, object) => this.uploaded(state, object),
+    };
     deps.metrics.setGauge('write_files_open', () => this.states.size);
     deps.metrics.setGauge('write_staged_bytes', () => {
       let n = 0;
@@ -81,10 +106,22 @@ export class Writes {
   open(path: string, source: ObjectMeta | null): WriteState {
     let state = this.states.get(path);
     if (!state) {
-      state = new WriteState(this.deps, path, this.deps.names.objectName(path), source, source?.generation ?? '0');
+      state = new WriteState(this.stateDeps, path, this.deps.names.objectName(path), source, source?.generation ?? '0');
       this.states.set(path, state);
+      this.readers?.writeOpened(path);
     }
     state.handles++;
+    return state;
+  }
+
+  /**
+   * A private copy of `meta` for a reader whose name is about to go (unlinked, replaced): staged now,
+   * while the object exists, and never uploaded. Released like any other.
+   */
+  async keepCopy(path: string, meta: ObjectMeta): Promise<WriteState> {
+    const state = new WriteState(this.stateDeps, path, meta.name, meta, meta.generation);
+    state.handles = 1;
+    await state.detach();
     return state;
   }
 
@@ -106,8 +143,10 @@ export class Writes {
   }
 
   /** An upload of `state` finished: this machine sees the object from now on. */
-  uploaded(state: WriteState, object: WrittenObject): void {
-    if (!state.unlinked) this.deps.changes.set(state.path, { kind: 'file', meta: object });
+  private uploaded(state: WriteState, object: WrittenObject): void {
+    if (state.unlinked) return;
+    this.deps.changes.set(state.path, { kind: 'file', meta: object });
+    this.readers?.uploaded(state.path, object);
   }
 
   // ---------------------------------------------------------------- names
@@ -118,6 +157,7 @@ export class Writes {
     const entry = state ? null : await this.entryOf(path);
     if (!state && !entry) throw new RefusedError('ENOENT', `${path} does not exist`);
     if (entry?.kind === 'dir') throw new RefusedError('EISDIR', `${path} is a folder`);
+    await this.readers?.beforeRemoved(path, state);
     if (state) {
       this.states.delete(path);
       await state.detach();
@@ -205,17 +245,22 @@ export class Writes {
     const state = this.states.get(from);
     const replaced = this.states.get(to);
     const targetGen = target?.kind === 'file' && target.meta.generation !== '0' ? (replaced && !replaced.inBucket ? '0' : target.meta.generation) : '0';
+    if (target?.kind === 'file') await this.readers?.beforeRemoved(to, replaced);
     if (replaced) {
       this.states.delete(to);
       await replaced.detach();
     }
     let moved: WrittenObject | null = null;
     if (!state || state.inBucket) moved = await this.moveObject(this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta.generation, targetGen);
+    if (moved) this.readers?.moved(from, to, moved);
     this.deps.changes.set(from, null);
     if (state) {
       this.states.delete(from);
       state.renamed(to, this.deps.names.objectName(to), moved?.generation ?? targetGen, moved);
       this.states.set(to, state);
+      // Shown while the file is open; once it closes, its upload (or the moved object) is what `to` is.
+      const entry: Entry = { kind: 'file', meta: moved ?? state.meta() };
+      this.deps.changes.set(to, entry);
       return { kind: 'file', meta: state.meta() };
     }
     const entry: Entry = { kind: 'file', meta: moved! };
@@ -276,6 +321,8 @@ export class Writes {
           const moved = await this.moveObject(o.name, dest, o.generation, '0');
           movedByName.set(dest, moved);
           this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
+          const rel = o.name.slice(srcPrefix.length);
+          if (!rel.endsWith('/')) this.readers?.moved(`${from}/${rel}`, `${to}/${rel}`, moved);
         }),
       );
     }
