@@ -17,6 +17,7 @@ import { EntryOps } from './ops-entries.js';
 import { ReadOps } from './ops-reads.js';
 import { WriteOps } from './ops-writes.js';
 import type { Writes } from '../writes/writes.js';
+import type { WriteState } from '../writes/write-state.js';
 
 // The op table, by family: ops-entries.ts (lookup, forget, getattr, statfs), ops-reads.ts (open, read,
 // release), ops-dirs.ts (opendir, readdir, readdirplus, releasedir), ops-writes.ts (create, write, flush,
@@ -148,6 +149,8 @@ export interface OpContext {
   readonly writes: Writes | null;
   /** Its handlers: opens for writing, and reads of handles it holds, go there. */
   writeOps: WriteOps | null;
+  /** The file a read handle reads instead of its object, once that went (unlinked, replaced): ReadOps'. */
+  orphanOf: (fh: number) => WriteState | undefined;
   fail(a: Answer, path: string, err: unknown, errno: number): void;
   /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
   told(ino: number, path: string, entry: Entry, node?: InodeNode): void;
@@ -164,6 +167,7 @@ function createContext(deps: OperationDeps): OpContext {
     inodes,
     writes,
     writeOps: null,
+    orphanOf: () => undefined,
     fail: (a, path, err, errno) => {
       metrics.inc('fuse_errors');
       if (errno !== Errno.ENOENT) log.warn({ op: a.op, path, err: err instanceof Error ? err.message : String(err) }, `${a.op} failed`);
@@ -208,6 +212,7 @@ export function createOperations(deps: OperationDeps): Operations {
   const families: OpFamilies = { entries: new EntryOps(ctx), reads: new ReadOps(ctx), dirs: new DirOps(ctx), writes: ctx.writeOps };
   if (ctx.writes) {
     const reads = families.reads;
+    ctx.orphanOf = (fh) => reads.orphanOf(fh);
     ctx.writes.readers = {
       beforeRemoved: (path, state) => reads.keepBytes(path, state),
       moved: (from, to, object) => handles.moved(from, to, object),

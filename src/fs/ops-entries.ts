@@ -68,7 +68,8 @@ export class EntryOps {
     if (path === undefined) return a.error(Errno.ESTALE);
     // A file open for writing shows its staged size and mtime; an fstat, its handle's file's.
     const fh = fhPlusOne - 1;
-    const written = (fhPlusOne > 0 && WriteOps.isWriteHandle(fh) ? this.ctx.writeOps?.stateOfHandle(fh) : undefined) ?? this.ctx.writes?.stateOf(path);
+    const ofHandle = fhPlusOne > 0 ? (WriteOps.isWriteHandle(fh) ? this.ctx.writeOps?.stateOfHandle(fh) : this.ctx.orphanOf(fh)) : undefined;
+    const written = ofHandle ?? this.ctx.writes?.stateOf(path);
     if (written) return a.attr(statFor(ino, { kind: 'file', meta: written.meta() }, deps.attributes), deps.timeouts.attrSec);
     // An open file keeps showing the generation it pinned.
     const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;

@@ -152,6 +152,11 @@ export class ReadOps {
     a.ok();
   }
 
+  /** The file read handle `fh` reads since its object went, if it did. */
+  orphanOf(fh: number): WriteState | undefined {
+    return this.orphans.get(fh);
+  }
+
   /** A writer opened `path`: its readers' blocks on disk no longer answer for it (the writer changes the bytes). */
   writeOpened(path: string): void {
     for (const fh of this.ctx.handles.openOn(path)) {

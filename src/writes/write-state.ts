@@ -91,16 +91,21 @@ export class WriteState {
     return {
       name: this.objectName,
       size: this.size,
-      generation: this.source?.generation ?? '0',
+      generation: this.expect,
       metageneration: this.source?.metageneration ?? '0',
       updatedMs: this.mtimeMs,
       crc32c: null,
     };
   }
 
-  /** Whether the object this file was opened on exists in the bucket (it is not new). */
+  /** Whether an object of ours is live at this name in the bucket (the file is not new). */
   get inBucket(): boolean {
     return this.expect !== '0';
+  }
+
+  /** The generation live at this name as far as this file knows ('0': none): what its upload replaces. */
+  get liveGeneration(): string {
+    return this.expect;
   }
 
   /** The generation this file's bytes come from, while they are the object's (nothing written yet). */
@@ -262,6 +267,8 @@ export class WriteState {
       return;
     }
     await this.run(async () => {
+      // Opened again while this close ran: the file goes on, staged copy and all.
+      if (this.handles > 0) return;
       await this.sending?.catch(() => undefined);
       if (this.upload && this.unlinked) await this.cancelStream();
       if (!this.staged) return;

@@ -244,7 +244,7 @@ export class Writes {
   private async renameFile(from: string, to: string, meta: ObjectMeta, target: Entry | null): Promise<Entry> {
     const state = this.states.get(from);
     const replaced = this.states.get(to);
-    const targetGen = target?.kind === 'file' && target.meta.generation !== '0' ? (replaced && !replaced.inBucket ? '0' : target.meta.generation) : '0';
+    const targetGen = replaced ? replaced.liveGeneration : target?.kind === 'file' ? target.meta.generation : '0';
     if (target?.kind === 'file') await this.readers?.beforeRemoved(to, replaced);
     if (replaced) {
       this.states.delete(to);
