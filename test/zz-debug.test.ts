@@ -9,11 +9,11 @@ const variant = (process.env.VARIANT ?? 'plain') as 'plain';
 const n = Number(process.env.OPS ?? 2000);
 it('debug', async () => {
   const logs: string[] = [];
-  const r = await mountDifferentialCase({ seed, variant, ops: n });
+  const r = await mountDifferentialCase({ seed, variant, ops: n, bigWrites: !!process.env.BIG, mountArgs: process.env.MOUNTARGS ? process.env.MOUNTARGS.split(' ') : undefined });
   const m = r.report.mismatches[0];
   if (!m) return console.log('NO MISMATCH');
   console.log(JSON.stringify(m).slice(0, 1500));
-  const ops = generateWriteOps({ seed, count: n, bigWrites: false });
+  const ops = generateWriteOps({ seed, count: n, bigWrites: !!process.env.BIG });
   const words = (process.env.WORDS ?? '').split(',').filter(Boolean);
   ops.slice(0, m.index + 1).forEach((o, i) => {
     const s = JSON.stringify(o);

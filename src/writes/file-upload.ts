@@ -92,11 +92,25 @@ export class FileUpload {
     try {
       const bytes = Buffer.allocUnsafe(size);
       await readFully(this.file, bytes, 0);
-      return await client.uploadObject(this.name, bytes, this.opts);
+      try {
+        return await client.uploadObject(this.name, bytes, this.opts);
+      } catch (err) {
+        // A retry of an upload whose first answer was lost finds its own object there: not a clobber.
+        const ours = isGcsError(err, 'PRECONDITION') ? await this.ownObject(size, crc32cBase64(crc32c(bytes))) : null;
+        if (ours) return ours;
+        throw err;
+      }
     } finally {
       reservation.release();
       release();
     }
+  }
+
+  /** The live object, when it holds exactly the bytes this upload sent (size and CRC32C). */
+  private async ownObject(size: number, crc: string): Promise<WrittenObject | null> {
+    const live = await this.deps.client.statObject(this.name).catch(() => null);
+    if (!live || live.size !== size || live.crc32c !== crc) return null;
+    return { ...live, contentType: null, metadata: {} };
   }
 
   /** Abandons the session (a file that stopped streaming, or was removed): GCS drops its bytes. */

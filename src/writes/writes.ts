@@ -162,7 +162,8 @@ export class Writes {
       this.states.delete(path);
       await state.detach();
     }
-    if (!state || state.inBucket) await this.deleteObject(this.deps.names.objectName(path));
+    const live = state ? state.liveGeneration : entry?.kind === 'file' ? entry.meta.generation : undefined;
+    if (!state || state.inBucket) await this.deleteObject(this.deps.names.objectName(path), live !== '0' ? live : undefined);
     this.deps.changes.set(path, null);
   }
 
@@ -190,7 +191,8 @@ export class Writes {
     const prefix = this.deps.names.dirPrefix(path);
     const page = await this.deps.client.list({ prefix, maxResults: 2 });
     if (page.objects.some((o) => o.name !== prefix)) throw new RefusedError('ENOTEMPTY', `${path} is not empty`);
-    await this.deleteObject(prefix);
+    const placeholder = page.objects.find((o) => o.name === prefix);
+    if (placeholder) await this.deleteObject(prefix, placeholder.generation);
     this.deps.changes.set(path, null);
   }
 
@@ -232,12 +234,24 @@ export class Writes {
     return false;
   }
 
-  private async deleteObject(name: string): Promise<void> {
-    try {
-      await this.deps.client.deleteObject(name);
-    } catch (err) {
-      // Already gone (another writer, or a retried delete whose first answer was lost): what we wanted.
-      if (!isGcsError(err, 'NOT_FOUND')) throw err;
+  /**
+   * Deletes whatever generation is live (gcsfuse's unlink), with that generation as a precondition so
+   * that the delete may be retried: a second delete can then never take a newer object. Replaced
+   * meanwhile (412): the new one is deleted, as an unlink without a precondition would have.
+   */
+  private async deleteObject(name: string, generation?: string): Promise<void> {
+    for (let tries = 0; ; tries++) {
+      const gen = generation ?? (await this.deps.client.statObject(name))?.generation;
+      if (gen === undefined) return; // nothing there
+      try {
+        await this.deps.client.deleteObject(name, { ifGenerationMatch: gen });
+        return;
+      } catch (err) {
+        // Already gone (another writer, or a retried delete whose first answer was lost): what we wanted.
+        if (isGcsError(err, 'NOT_FOUND')) return;
+        if (!isGcsError(err, 'PRECONDITION') || tries >= 3) throw err;
+        generation = undefined;
+      }
     }
   }
 
@@ -251,7 +265,7 @@ export class Writes {
       await replaced.detach();
     }
     let moved: WrittenObject | null = null;
-    if (!state || state.inBucket) moved = await this.moveObject(this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta.generation, targetGen);
+    if (!state || state.inBucket) moved = await this.moveObject(this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta, targetGen);
     if (moved) this.readers?.moved(from, to, moved);
     this.deps.changes.set(from, null);
     if (state) {
@@ -269,20 +283,33 @@ export class Writes {
   }
 
   /** The atomic objects.move; where the server has none (400/501), a copy then a delete, with the same preconditions. */
-  private async moveObject(src: string, dest: string, srcGen: string | undefined, destGen: string): Promise<WrittenObject> {
+  private async moveObject(src: string, dest: string, known: ObjectMeta | undefined, destGen: string): Promise<WrittenObject> {
     const { client } = this.deps;
+    // What the source holds, to recognise it at `dest` when a retried move's first answer was lost.
+    const source = known ?? (await client.statObject(src));
+    if (!source) throw new RefusedError('ENOENT', `${src} does not exist`);
+    const gen = source.generation;
     try {
-      return await client.moveObject(src, dest, { ifSourceGenerationMatch: srcGen, ifGenerationMatch: destGen });
+      return await client.moveObject(src, dest, { ifSourceGenerationMatch: gen, ifGenerationMatch: destGen });
     } catch (err) {
-      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('ESTALE', `${src} or ${dest} changed while being renamed`);
+      if (isGcsError(err, 'NOT_FOUND') || isGcsError(err, 'PRECONDITION')) return this.movedAlready(dest, source, err);
       if (!isGcsError(err, 'INVALID')) throw err;
     }
-    const copy = await client.copyObject(src, dest, { ifSourceGenerationMatch: srcGen, ifGenerationMatch: destGen }).catch((err: unknown) => {
-      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('ESTALE', `${src} or ${dest} changed while being renamed`);
+    // No objects.move on this server: a copy, then a delete of the source generation copied.
+    const copy = await client.copyObject(src, dest, { ifSourceGenerationMatch: gen, ifGenerationMatch: destGen }).catch((err: unknown) => {
+      if (isGcsError(err, 'PRECONDITION')) return this.movedAlready(dest, source, err);
       throw err;
     });
-    await this.deleteObject(src);
+    await this.deleteObject(src, gen);
     return copy;
+  }
+
+  /** A move (or copy) refused: fine when `dest` already holds the source's bytes (our own retried call did it). */
+  private async movedAlready(dest: string, source: ObjectMeta, err: unknown): Promise<WrittenObject> {
+    const live = await this.deps.client.statObject(dest).catch(() => null);
+    if (live && live.size === source.size && live.crc32c !== null && live.crc32c === source.crc32c) return { ...live, contentType: null, metadata: {} };
+    if (isGcsError(err, 'NOT_FOUND')) throw new RefusedError('ENOENT', `${source.name} is gone`);
+    throw new RefusedError('ESTALE', `${source.name} or ${dest} changed while being renamed`);
   }
 
   private movedUnder(from: string, to: string, rel: string, moved: WrittenObject): void {
@@ -318,7 +345,7 @@ export class Writes {
       await Promise.all(
         files.slice(i, i + MOVE_PARALLEL).map(async (o) => {
           const dest = destPrefix + o.name.slice(srcPrefix.length);
-          const moved = await this.moveObject(o.name, dest, o.generation, '0');
+          const moved = await this.moveObject(o.name, dest, o, '0');
           movedByName.set(dest, moved);
           this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
           const rel = o.name.slice(srcPrefix.length);
@@ -335,7 +362,8 @@ export class Writes {
       state.renamed(dest, names.objectName(dest), moved?.generation ?? '0', moved);
       this.states.set(dest, state);
     }
-    if (hasPlaceholder) await this.deleteObject(srcPrefix);
+    const placeholder = objects.find((o) => o.name === srcPrefix);
+    if (placeholder) await this.deleteObject(srcPrefix, placeholder.generation);
     this.deps.changes.set(from, null);
     const entry: Entry = { kind: 'dir', mtimeMs: Date.now() };
     this.deps.changes.set(to, entry);
