@@ -220,9 +220,10 @@ export class WriteState {
       await this.ensureStaged(false);
       const t0 = performance.now();
       await this.sending?.catch(() => undefined);
+      // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
+      // staged copy from its first byte again, over the generation this upload makes.
       const upload = this.upload ?? this.newUpload();
       this.upload = null;
-      this.streams = false;
       try {
         const object = await upload.finish(this.size, this.deps.config.chunkBytes);
         this.dirty = false;

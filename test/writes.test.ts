@@ -1,0 +1,297 @@
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cleanupAll, eventually, mount, mountStats, run, startBucket, tempDir, unmount, type Mounted, type TestBucket } from './helpers/harness.js';
+import { heldReader } from './helpers/held-reader.js';
+import { bytes, sha256, upload } from './helpers/objects.js';
+
+afterAll(cleanupAll);
+
+const PY = '/usr/bin/python3';
+const MIB = 1024 * 1024;
+
+/** The object's bytes as the emulator stores them (buckets are folders), or null when there is none. */
+async function stored(tb: TestBucket, name: string): Promise<Buffer | null> {
+  const res = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}?alt=media`);
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`GET ${name}: ${res.status}`);
+  return Buffer.from(await res.arrayBuffer());
+}
+
+async function resource(tb: TestBucket, name: string): Promise<{ generation: string; metadata?: Record<string, string> } | null> {
+  const res = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`);
+  if (res.status === 404) return null;
+  return (await res.json()) as { generation: string; metadata?: Record<string, string> };
+}
+
+/** Requests the emulator has answered, by kind. */
+function requests(tb: TestBucket): Record<string, number> {
+  return { ...tb.emulator.stats().requests };
+}
+
+function delta(after: Record<string, number>, before: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(after)) if (after[k]! - (before[k] ?? 0) !== 0) out[k] = after[k]! - (before[k] ?? 0);
+  return out;
+}
+
+/** Runs a python snippet (the mount is touched only from other processes); its stdout. */
+async function py(script: string, ...args: string[]): Promise<string> {
+  const r = await run(PY, ['-c', script, ...args]);
+  if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+describe('writes through a mount with a cache dir', () => {
+  let tb: TestBucket;
+  let m: Mounted;
+  let cacheDir: string;
+
+  beforeAll(async () => {
+    tb = await startBucket('writes');
+    // Objects the tests change, there before the mount lists anything (a name uploaded behind a mount's
+    // back shows only once its caches expire).
+    for (const [name, content] of Object.entries({
+      edited: 'original',
+      'log.txt': 'line 1\n',
+      exists: 'x',
+      'dirA/one': '1',
+      'dirA/sub/two': '2',
+      stamped: 'x',
+    }))
+      await upload(tb, name, content);
+    cacheDir = await tempDir('cache');
+    m = await mount({ tb, args: ['--cache-dir', cacheDir, '--rename-dir-limit', '100'] });
+  });
+
+  it('a 100 MiB sequential write is one resumable session of 4 chunks, and reading it back costs no download', async () => {
+    const local = join(await tempDir('src'), 'big');
+    const data = bytes(100 * MIB, 7);
+    await fsp.writeFile(local, data);
+    const before = requests(tb);
+    const stats0 = (await mountStats(m.path)).counters;
+    // One descriptor written 1 MiB at a time, then closed (dd would close a dup of it first, which
+    // uploads the empty file: one request more).
+    await py(
+      `import sys
+src=open(sys.argv[1],'rb'); dst=open(sys.argv[2],'wb')
+while True:
+  b=src.read(1<<20)
+  if not b: break
+  dst.write(b)
+dst.close()`,
+      local,
+      join(m.path, 'big'),
+    );
+    const stats1 = (await mountStats(m.path)).counters;
+    expect(stats1.gcs_uploads_started! - stats0.gcs_uploads_started!).toBe(1);
+    expect(stats1.gcs_upload_chunks! - stats0.gcs_upload_chunks!).toBe(4);
+    expect(stats1.write_streamed_files! - (stats0.write_streamed_files ?? 0)).toBe(1);
+    // The session's start and four chunks; a lookup of the new name at most besides.
+    const d = delta(requests(tb), before);
+    expect(d.upload).toBe(5);
+    expect((d.total ?? 0) - (d.upload ?? 0)).toBeLessThanOrEqual(1);
+    expect(sha256((await stored(tb, 'big'))!)).toBe(sha256(data));
+    // Its blocks went into the block cache as it was uploaded: reading one's output costs nothing.
+    await eventually(async () => (await mountStats(m.path)).counters.write_cached_blocks! >= 25);
+    const media0 = requests(tb).media ?? 0;
+    expect((await run('sha256sum', [join(m.path, 'big')])).stdout.split(' ')[0]).toBe(sha256(data));
+    expect((requests(tb).media ?? 0) - media0).toBe(0);
+    // dd of=: the same bytes again, as a stream over the object just written.
+    const dd = await run('dd', [`if=${local}`, `of=${join(m.path, 'big')}`, 'bs=1M', 'status=none']);
+    expect(dd.code).toBe(0);
+    expect(sha256((await stored(tb, 'big'))!)).toBe(sha256(data));
+  }, 120_000);
+
+  it('small files are one upload request each, visible to stat and listings at once', async () => {
+    const before = requests(tb);
+    await py(
+      `import os,sys
+d=sys.argv[1]
+os.mkdir(d)
+for i in range(40):
+  with open(os.path.join(d,'c%d'%i),'wb') as f: f.write(os.urandom(16384))
+print(len(os.listdir(d)), sum(os.stat(os.path.join(d,n)).st_size for n in os.listdir(d)))`,
+      join(m.path, 'small'),
+    ).then((out) => expect(out).toBe(`40 ${40 * 16384}`));
+    const d = delta(requests(tb), before);
+    expect(d.upload).toBe(41); // the folder's placeholder and the files
+    // Lookups of the new names are answered by the folder's listing (a page or two), not one each.
+    expect((d.total ?? 0) - 40).toBeLessThanOrEqual(4);
+  });
+
+  it('a new file appears in the bucket only at close, and never over a name another writer took meanwhile (ESTALE)', async () => {
+    const w = heldReader(
+      `import os,sys,errno
+f=open(sys.argv[1],'wb'); f.write(b'mine'); f.flush(); print('opened', flush=True)
+sys.stdin.readline()
+try:
+  f.close(); print('closed')
+except OSError as e: print(errno.errorcode[e.errno])`,
+      [join(m.path, 'raced')],
+    );
+    await w.opened;
+    expect(await stored(tb, 'raced')).toBeNull();
+    await upload(tb, 'raced', 'theirs');
+    w.proceed();
+    const out = await w.done;
+    expect(out.stdout).toContain('ESTALE');
+    expect((await stored(tb, 'raced'))!.toString()).toBe('theirs');
+  });
+
+  it('an edit of an object replaced behind the mount fails with ESTALE at close and keeps the other writer\'s object', async () => {
+    const w = heldReader(
+      `import os,sys,errno
+f=open(sys.argv[1],'r+b'); f.seek(0,2); f.write(b' + mine'); f.flush(); print('opened', flush=True)
+sys.stdin.readline()
+try:
+  f.close(); print('closed')
+except OSError as e: print(errno.errorcode[e.errno])`,
+      [join(m.path, 'edited')],
+    );
+    await w.opened;
+    await upload(tb, 'edited', 'replaced by another machine');
+    w.proceed();
+    expect((await w.done).stdout).toContain('ESTALE');
+    expect((await stored(tb, 'edited'))!.toString()).toBe('replaced by another machine');
+    expect((await mountStats(m.path)).counters.write_estale).toBeGreaterThanOrEqual(1);
+  });
+
+  it('edits, appends and truncates of existing objects are uploaded whole at close, with the generation they were opened on', async () => {
+    const out = await py(
+      `import os,sys
+p=sys.argv[1]
+with open(p,'a') as f: f.write('line 2\\n')
+with open(p,'r+b') as f: f.seek(2); f.write(b'N')
+os.truncate(p, 12)
+print(open(p,'rb').read())`,
+      join(m.path, 'log.txt'),
+    );
+    expect(out).toBe("b'liNe 1\\nline '");
+    expect((await stored(tb, 'log.txt'))!.toString()).toBe('liNe 1\nline ');
+  });
+
+  it('O_EXCL on an existing name is EEXIST; mkdir makes a placeholder; rmdir of a non-empty folder is ENOTEMPTY', async () => {
+    const out = await py(
+      `import os,sys,errno
+root=sys.argv[1]
+def e(f):
+  try: f(); return 'ok'
+  except OSError as x: return errno.errorcode[x.errno]
+print(e(lambda: os.open(os.path.join(root,'exists'), os.O_CREAT|os.O_EXCL|os.O_WRONLY)))
+print(e(lambda: os.mkdir(os.path.join(root,'made'))))
+print(e(lambda: os.mkdir(os.path.join(root,'made'))))
+open(os.path.join(root,'made','f'),'w').write('x')
+print(e(lambda: os.rmdir(os.path.join(root,'made'))))
+os.unlink(os.path.join(root,'made','f'))
+print(e(lambda: os.rmdir(os.path.join(root,'made'))))
+print(e(lambda: os.link(os.path.join(root,'exists'), os.path.join(root,'hard'))))`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(['EEXIST', 'ok', 'EEXIST', 'ENOTEMPTY', 'ok', expect.stringMatching(/ENOSYS|EPERM/)]);
+    expect(await resource(tb, 'made/')).toBeNull();
+  });
+
+  it('rename moves objects (a folder only up to --rename-dir-limit objects, EMFILE past it); an unlinked open file stays readable', async () => {
+    const out = await py(
+      `import os,sys
+root=sys.argv[1]
+os.rename(os.path.join(root,'dirA'), os.path.join(root,'dirB'))
+print(sorted(os.listdir(os.path.join(root,'dirB'))), open(os.path.join(root,'dirB','sub','two')).read())
+os.rename(os.path.join(root,'dirB','one'), os.path.join(root,'dirB','uno'))
+f=open(os.path.join(root,'dirB','uno'))
+os.unlink(os.path.join(root,'dirB','uno'))
+print(f.read(), os.path.exists(os.path.join(root,'dirB','uno')))`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(["['one', 'sub'] 2", '1 False']);
+    expect(await stored(tb, 'dirA/one')).toBeNull();
+    expect((await stored(tb, 'dirB/sub/two'))!.toString()).toBe('2');
+    expect(await stored(tb, 'dirB/uno')).toBeNull();
+  });
+
+  it('chmod and chown are accepted and not kept; utimes sets gcsfuse_mtime, which stat shows', async () => {
+    const out = await py(
+      `import os,sys
+p=sys.argv[1]
+os.chmod(p, 0o600)
+os.utime(p, (1700000000.25, 1700000000.25))
+print(os.stat(p).st_mtime)`,
+      join(m.path, 'stamped'),
+    );
+    expect(Number(out)).toBeCloseTo(1700000000.25, 2);
+    expect((await resource(tb, 'stamped'))!.metadata?.gcsfuse_mtime).toBe('2023-11-14T22:13:20.25Z');
+  });
+
+  it('gcsmount stats shows the writes', async () => {
+    const c = (await mountStats(m.path)).counters;
+    expect(c.write_uploads).toBeGreaterThan(40);
+    expect(c.fuse_write_bytes).toBeGreaterThan(100 * MIB);
+  });
+
+  it('unmounts cleanly', async () => {
+    await unmount(m.path);
+  });
+});
+
+describe('writes under faults and crashes', () => {
+  it('cut, throttled and failing upload chunks are resumed from the committed offset, never restarted', async () => {
+    const tb = await startBucket('faulty');
+    const m = await mount({ tb, args: ['--write-block-size-mb', '1'] });
+    tb.emulator.setKnobs({ uploadResetRate: 0.3, rate503: 0.1, seed: 5 });
+    const data = bytes(12 * MIB, 3);
+    const local = join(await tempDir('src'), 'f');
+    await fsp.writeFile(local, data);
+    expect((await run('cp', [local, join(m.path, 'f')])).code).toBe(0);
+    tb.emulator.setKnobs({ uploadResetRate: 0, rate503: 0 });
+    expect(sha256((await stored(tb, 'f'))!)).toBe(sha256(data));
+    const c = (await mountStats(m.path)).counters;
+    expect(c.gcs_uploads_started).toBe(1);
+    expect(c.gcs_upload_resumes).toBeGreaterThan(0);
+    await unmount(m.path);
+  }, 120_000);
+
+  it('-o ro refuses every change with EROFS', async () => {
+    const tb = await startBucket('readonly');
+    await upload(tb, 'a', 'x');
+    const m = await mount({ tb, args: ['-o', 'ro'] });
+    const out = await py(
+      `import os,sys,errno
+root=sys.argv[1]
+for f in (lambda: open(os.path.join(root,'new'),'w'), lambda: open(os.path.join(root,'a'),'a'), lambda: os.mkdir(os.path.join(root,'d')), lambda: os.unlink(os.path.join(root,'a'))):
+  try: f(); print('ok')
+  except OSError as x: print(errno.errorcode[x.errno])`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(['EROFS', 'EROFS', 'EROFS', 'EROFS']);
+    await unmount(m.path);
+  });
+
+  it('SIGKILL while a file is open for writing: the bucket keeps the old object; the staged copy is reported and removed at the next start', async () => {
+    const tb = await startBucket('killed');
+    await upload(tb, 'k', 'old bytes');
+    const cacheDir = await tempDir('cache');
+    const m = await mount({ tb, args: ['--cache-dir', cacheDir], foreground: true });
+    const w = heldReader(
+      `import sys
+f=open(sys.argv[1],'r+b'); f.write(b'NEW'*100000); f.flush(); print('opened', flush=True)
+sys.stdin.readline()`,
+      [join(m.path, 'k')],
+    );
+    await w.opened;
+    m.daemon!.kill('SIGKILL');
+    await new Promise((r) => m.daemon!.once('exit', r));
+    w.proceed();
+    await w.done;
+    await unmount(m.path);
+    expect((await stored(tb, 'k'))!.toString()).toBe('old bytes');
+    const staging = join(cacheDir, 'gcsmount-cache', 'staging');
+    expect((await fsp.readdir(staging)).length).toBe(1);
+    const m2 = await mount({ tb, args: ['--cache-dir', cacheDir] });
+    const log = await fsp.readFile(m2.logFile, 'utf8');
+    expect(log).toContain('staged files left by a daemon that stopped');
+    expect((await fsp.readdir(staging)).length).toBe(1); // the new daemon's own folder only
+    expect((await run('cat', [join(m2.path, 'k')])).stdout).toBe('old bytes');
+    await unmount(m2.path);
+  }, 120_000);
+});
