@@ -146,7 +146,7 @@ export class WriteState {
       await this.ensureStaged(false);
       // A write into bytes a stream has sent (or is sending) cannot be streamed any more.
       if (this.upload && pos < this.sentUpTo()) {
-        await this.sending;
+        await this.sending?.catch(() => undefined);
         await this.cancelStream();
       }
       const grows = pos + data.length - this.size;
@@ -168,7 +168,7 @@ export class WriteState {
       if (size === this.size && this.staged) return;
       await this.ensureStaged(size === 0);
       if (this.upload && size < this.sentUpTo()) {
-        await this.sending;
+        await this.sending?.catch(() => undefined);
         await this.cancelStream();
       }
       if (size > this.size) this.reserveDisk(size - this.size);
@@ -189,6 +189,8 @@ export class WriteState {
         await this.ensureStaged(false);
       } finally {
         this.unlinked = true;
+        await this.sending?.catch(() => undefined);
+        if (this.upload) await this.cancelStream();
       }
     });
   }
@@ -245,7 +247,7 @@ export class WriteState {
    * appears at close, as with gcsfuse's streaming writes); any other file is uploaded now.
    */
   sync(): Promise<WrittenObject | null> {
-    if (!this.streams || !this.upload) return this.flush();
+    if (!this.streams || !this.upload || this.unlinked) return this.flush();
     return this.run(async () => {
       if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
       await this.sending?.catch(() => undefined);
@@ -353,6 +355,7 @@ export class WriteState {
 
   /** Streaming: sends the next whole chunk when one is written and none is on its way; waits when too far ahead. */
   private async feed(): Promise<void> {
+    if (this.unlinked) return; // nothing of a removed file goes to GCS
     const chunk = this.deps.config.chunkBytes;
     if (!this.sending && this.size - (this.upload?.committed ?? 0) >= chunk) {
       if (!this.upload) {
