@@ -6,7 +6,7 @@ import { bytes, objectMeta, sha256, upload } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
 
-describe('a read-only mount of a bucket', () => {
+describe('a read-only mount of a bucket (-o ro)', () => {
   let tb: TestBucket;
   let m: Mounted;
   const sizes = { 'empty.bin': 0, 'one.bin': 1, 'mib-minus.bin': MIB - 1, 'mib-plus.bin': MIB + 1, 'big.bin': 100 * MIB };
@@ -34,7 +34,7 @@ describe('a read-only mount of a bucket', () => {
     const many: Record<string, string> = {};
     for (let i = 0; i < 2500; i++) many[`many/f${String(i).padStart(5, '0')}`] = '';
     await writeObjects(tb.root, tb.bucket, many);
-    m = await mount({ tb });
+    m = await mount({ tb, args: ['-o', 'ro'] });
   });
 
   afterAll(async () => {

@@ -471,22 +471,24 @@ gcsmount:
 
 describe('notices', () => {
   it('names each ignored, planned or deprecated option the user set', () => {
-    const file = yamlFile('file-system:\n  temp-dir: /tmp/x\n');
-    const o = parse('--rename-dir-limit', '100', '--log-rotate-max-file-size-mb', '10', '--stat-cache-ttl', '10s', '--debug_fuse',
+    const file = yamlFile('write:\n  enable-rapid-appends: false\n');
+    const o = parse('--app-name', 'x', '--log-rotate-max-file-size-mb', '10', '--stat-cache-ttl', '10s', '--debug_fuse',
       '--config-file', file, 'b', '/m');
     expect(o.notices).toHaveLength(5);
-    expect(o.notices.find((s) => s.startsWith('--rename-dir-limit'))).toMatch(/accepted for gcsfuse compatibility and ignored.*read-only/);
+    expect(o.notices.find((s) => s.startsWith('--app-name'))).toMatch(/accepted for gcsfuse compatibility and ignored.*user agent/);
     expect(o.notices.find((s) => s.startsWith('--log-rotate-max-file-size-mb'))).toMatch(/no effect yet/);
     expect(o.notices.find((s) => s.startsWith('--stat-cache-ttl'))).toMatch(/deprecated: use --metadata-cache-ttl-secs/);
     expect(o.notices.find((s) => s.startsWith('--debug_fuse'))).toMatch(/ignored.*log-severity trace/);
-    expect(o.notices.find((s) => s.includes("'file-system.temp-dir'"))).toMatch(/ignored/);
+    expect(o.notices.find((s) => s.includes("'write.enable-rapid-appends'"))).toMatch(/ignored/);
     for (const line of o.notices) expect(line).not.toContain('\n');
   });
 
   it('gives none for effective options and warns about no-op settings', () => {
     expect(parse('--uid', '5', '--implicit-dirs', 'b', '/m').notices).toEqual([]);
     expect(parse('--implicit-dirs=false', 'b', '/m').notices.join()).toMatch(/always treats object prefixes as directories/);
-    expect(parse('-o', 'rw', 'b', '/m').notices.join()).toMatch(/read-only/);
+    // rw is the default (writes are on); ro turns them off: neither is a no-op worth a notice.
+    expect(parse('-o', 'rw', 'b', '/m').notices).toEqual([]);
+    expect(parse('-o', 'ro', 'b', '/m').notices).toEqual([]);
   });
 });
 

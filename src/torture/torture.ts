@@ -256,6 +256,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       if (/^GCS request (failed|gave up)/.test(entry.msg ?? '') && status !== 404 && status !== 412) report.gcsGaveUp++;
     }
     await emulator.close();
+    await fsp.copyFile(logFile, '/tmp/torture.log').catch(() => undefined);
     await fsp.rm(dir, { recursive: true, force: true });
   }
   return report;
