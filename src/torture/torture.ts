@@ -141,7 +141,9 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     const deadline = Date.now() + 30_000;
     for (;;) {
       const mounts = await fsp.readFile('/proc/self/mountinfo', 'utf8');
-      if (mounts.split('\n').some((l) => l.split(' ')[4] === mnt)) return;
+      // After a SIGKILL the dead daemon's mount is still listed (ENOTCONN) until the new one replaces
+      // it: mounted means answering. (fsp.stat runs on libuv's pool: the emulator's loop stays free.)
+      if (mounts.split('\n').some((l) => l.split(' ')[4] === mnt) && (await fsp.stat(mnt).then(() => true, () => false))) return;
       if (daemon.exitCode !== null || Date.now() > deadline) throw new Error(`the daemon did not mount (see ${logFile})`);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -256,7 +258,6 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       if (/^GCS request (failed|gave up)/.test(entry.msg ?? '') && status !== 404 && status !== 412) report.gcsGaveUp++;
     }
     await emulator.close();
-    await fsp.copyFile(logFile, '/tmp/torture.log').catch(() => undefined);
     await fsp.rm(dir, { recursive: true, force: true });
   }
   return report;
