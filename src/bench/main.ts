@@ -8,6 +8,7 @@ import { memoryScenario } from './memory.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
 import { statScenario } from './stat.js';
+import { writeScenario } from './write.js';
 import { dropFromPageCache, zarrScenario } from './zarr.js';
 import { zarrV3Scenario } from './zarr-v3.js';
 import { zarrNestedScenario } from './zarr-nested.js';
@@ -26,6 +27,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   'cold-cpu': { title: 'Cold reads: daemon CPU per GiB, GCS through the mount into the block cache (and without one)', run: coldCpuScenario },
   listing: { title: '`ls -l` of 10,000 files in one folder: LOOKUPs against READDIRPLUS, no latency', run: listingScenario },
   memory: { title: 'Many readers, one memory budget: 96 readers of 96 files against 16, cold and warm, with and without a cache dir', run: memoryScenario },
+  write: { title: 'Writes: 1 GiB sequential, a checkpoint of 64 x 64 MiB by 16 writers, a Zarr store of 10,000 small chunk files, against curl uploads and a local folder', run: writeScenario },
   'warm-read': { title: 'Warm reads: 1 GiB from the block cache vs cat of a plain file on the same disk', run: warmReadScenario },
 };
 
