@@ -16,6 +16,7 @@ describe('the differential torture test (short run)', () => {
     expect(report.latencySpikes).toBeGreaterThan(0);
     // The injected faults (~14% of requests) must all be retried away: no request given up on but for
     // a replaced generation, and no failed read that a restart or a replacement does not explain.
+    expect(report.daemonDeaths).toEqual([]);
     expect(report.gcsGaveUp).toBe(0);
     expect(report.unexplainedSamples).toEqual([]);
     expect(report.unexplainedErrors).toBe(0);

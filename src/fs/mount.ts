@@ -62,7 +62,19 @@ export async function prepareMountPoint(path: string): Promise<string> {
     });
     return prepareMountPoint(path);
   }
-  if ((await mountedPaths()).has(abs)) throw new MountPointError(`mountpoint ${path} is already mounted (busy); unmount it first`);
+  if ((await mountedPaths()).has(abs)) {
+    // stat may be answered from the kernel's cached attributes for a while after its daemon died;
+    // statfs always asks the daemon, so a dead one shows here.
+    const dead = await fsp.statfs(abs).then(
+      () => false,
+      (err: NodeJS.ErrnoException) => err.code === 'ENOTCONN' || err.code === 'ECONNABORTED',
+    );
+    if (!dead) throw new MountPointError(`mountpoint ${path} is already mounted (busy); unmount it first`);
+    await lazyUnmount(abs).catch((e: Error) => {
+      throw new MountPointError(`mountpoint ${path} holds a stale mount that could not be removed: ${e.message.split('\n')[0]}`);
+    });
+    return prepareMountPoint(path);
+  }
   return abs;
 }
 

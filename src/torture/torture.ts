@@ -32,6 +32,8 @@ export interface TortureReport {
    * nor a replacement of that object just before explains: injected faults, which retries should absorb.
    */
   unexplainedErrors: number;
+  /** Daemons that exited without being told to (code, and the end of their stderr). */
+  daemonDeaths: string[];
   unexplainedSamples: string[];
   /**
    * GCS requests the daemons gave up on (their logs' "GCS request failed" or "gave up" lines), but for
@@ -125,7 +127,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     port: 0,
     knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
   });
-  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
 
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
@@ -137,7 +139,14 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     // back from each other all the time, under the same faults.
     const args = [bucket, mnt, '--foreground', '--custom-endpoint', emulator.url, '--cache-dir', cacheDir, '--file-cache-max-size-mb', '24', '--memory-limit-mb', '32',
       '--metadata-cache-ttl-secs', '1', '--metadata-cache-negative-ttl-secs', '1', '--max-retry-sleep', '1s', '--log-file', logFile];
-    daemon = spawn(GCSMOUNT, args, { env, stdio: 'ignore' });
+    const d = spawn(GCSMOUNT, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    daemon = d;
+    let stderr = '';
+    d.stderr!.on('data', (b: Buffer) => (stderr = (stderr + b.toString()).slice(-2000)));
+    // A daemon that dies unasked is a finding of its own: its last words go into the report.
+    d.once('exit', (code, signal) => {
+      if (signal !== 'SIGKILL' && signal !== 'SIGTERM' && code !== 0) report.daemonDeaths.push(`exit ${code ?? signal}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`);
+    });
     const deadline = Date.now() + 30_000;
     for (;;) {
       const mounts = await fsp.readFile('/proc/self/mountinfo', 'utf8');
@@ -229,8 +238,12 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         log(`SIGKILL of the daemon (restart ${report.restarts + 1})`);
         const restart = { killed: Date.now(), mounted: Number.POSITIVE_INFINITY };
         restarts.push(restart);
-        (daemon as ChildProcess | null)?.kill('SIGKILL');
-        await new Promise((r) => setTimeout(r, 300));
+        const killed = daemon as ChildProcess | null;
+        const gone = killed && killed.exitCode === null && killed.signalCode === null ? new Promise((r) => killed.once('exit', r)) : Promise.resolve();
+        killed?.kill('SIGKILL');
+        // Its mount is stale (ENOTCONN) only once the process is gone: before that the next daemon finds it busy.
+        await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))]);
+        await new Promise((r) => setTimeout(r, 100));
         await startDaemon();
         restart.mounted = Date.now();
         report.restarts++;

@@ -1,11 +1,10 @@
-import type { promises as fsp } from 'node:fs';
-import { unlink } from 'node:fs/promises';
 import type { BlockSource } from '../blocks/block-source.js';
 import { UPLOAD_CHUNK_UNIT, type ObjectMeta, type WrittenObject } from '../gcs/object-client.js';
 import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
-import { FileUpload, readFully, type UploadDeps } from './file-upload.js';
+import { FileUpload, type UploadDeps } from './file-upload.js';
+import { StagedCopy } from './staged-copy.js';
 import type { StagingDir } from './staging.js';
 
 export interface WriteConfig {
@@ -61,7 +60,7 @@ export class WriteState {
   mtimeMs: number;
   private dirty = false;
   private stale = false;
-  private staged: { path: string; handle: fsp.FileHandle } | null = null;
+  private staged: StagedCopy | null = null;
   private filling: Promise<void> | null = null;
   private upload: FileUpload | null = null;
   /** Whether a streamed upload may still be fed (a new file, written in order so far). */
@@ -117,11 +116,6 @@ export class WriteState {
     return this.staged ? this.size : 0;
   }
 
-  /** Another writer's object replaced the one this file was opened on: its writes fail from now on. */
-  get isStale(): boolean {
-    return this.stale;
-  }
-
   /**
    * The file is now `path`, to be uploaded as `name`, replacing the generation `expect` ('0': none)
    * there; `moved` is its object moved along (the bytes a staged copy not made yet starts from).
@@ -151,8 +145,7 @@ export class WriteState {
       }
       const grows = pos + data.length - this.size;
       if (grows > 0) this.reserveDisk(grows);
-      let done = 0;
-      while (done < data.length) done += (await this.staged!.handle.write(data, done, data.length - done, pos + done)).bytesWritten;
+      await this.staged!.write(pos, data);
       this.size = Math.max(this.size, pos + data.length);
       this.touch();
       this.deps.metrics.inc('fuse_write_bytes', data.length);
@@ -172,7 +165,7 @@ export class WriteState {
         await this.cancelStream();
       }
       if (size > this.size) this.reserveDisk(size - this.size);
-      await this.staged!.handle.truncate(size);
+      await this.staged!.truncate(size);
       this.size = size;
       this.touch();
     });
@@ -206,7 +199,7 @@ export class WriteState {
     if (!this.staged) return null;
     const n = Math.max(0, Math.min(size, this.size - pos));
     const buf = Buffer.allocUnsafe(n);
-    await readFully(this.staged.handle, buf, pos);
+    await this.staged.read(pos, buf);
     return buf;
   }
 
@@ -274,11 +267,9 @@ export class WriteState {
       if (this.handles > 0) return;
       await this.sending?.catch(() => undefined);
       if (this.upload && this.unlinked) await this.cancelStream();
-      if (!this.staged) return;
-      const { path, handle } = this.staged;
+      const staged = this.staged;
       this.staged = null;
-      await handle.close().catch(() => undefined);
-      await unlink(path).catch(() => undefined);
+      await staged?.remove();
     });
   }
 
@@ -314,35 +305,20 @@ export class WriteState {
   /** The staged copy, made at the first change: filled from the source object unless it is about to be emptied. */
   private async ensureStaged(emptying: boolean): Promise<void> {
     if (this.staged) return;
-    const staged = await this.deps.staging.create();
+    const staged = await StagedCopy.create(this.deps.staging);
     this.staged = staged;
     const source = this.source;
     if (!source || emptying || source.size === 0) return;
     this.reserveDisk(source.size);
-    this.filling = this.fill(source, staged.handle);
+    this.filling = staged.fill(source, this.deps.blocks);
     try {
       await this.filling;
     } catch (err) {
       this.staged = null;
-      await staged.handle.close().catch(() => undefined);
-      await unlink(staged.path).catch(() => undefined);
+      await staged.remove();
       throw this.failed(err);
     } finally {
       this.filling = null;
-    }
-  }
-
-  /** The source object's bytes into the staged copy, block by block through the block cache. */
-  private async fill(source: ObjectMeta, handle: fsp.FileHandle): Promise<void> {
-    const bs = this.deps.blocks.blockSize;
-    for (let i = 0; i * bs < source.size; i++) {
-      const block = await this.deps.blocks.get(source, i);
-      try {
-        let done = 0;
-        while (done < block.bytes.length) done += (await handle.write(block.bytes, done, block.bytes.length - done, i * bs + done)).bytesWritten;
-      } finally {
-        block.release();
-      }
     }
   }
 
@@ -403,7 +379,7 @@ export class WriteState {
     if (!staged || object.size === 0) return;
     await this.run(() =>
       this.deps.blocks
-        .adoptWritten(object, (pos, into) => readFully(staged.handle, into, pos))
+        .adoptWritten(object, (pos, into) => staged.read(pos, into))
         .then((n) => this.deps.metrics.inc('write_cached_blocks', n))
         .catch((err: unknown) => this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached')),
     );
