@@ -10,7 +10,8 @@ import type { EmulatorStats } from '../emulator/server.js';
  * in the same run: a 1 GiB sequential `dd` (streamed to a resumable upload in 32 MiB chunks), a
  * checkpoint of 64 files of 64 MiB by 16 writers at once, and a Zarr store of 10,000 chunk files of
  * 16 KiB written by xarray (requests per file, and the same store written to a local folder).
- * GCSMOUNT_BENCH_QUICK=1 shrinks every size (and runs one round) to check the scenario works.
+ * GCSMOUNT_BENCH_QUICK=1 shrinks every size (and runs one round) to check the scenario works;
+ * GCSMOUNT_BENCH_ROUNDS=N runs N rounds of the full sizes (3 by default).
  */
 
 const MIB = 1024 * 1024;
@@ -19,7 +20,7 @@ const PY = '/usr/bin/python3';
 const QUICK = process.env.GCSMOUNT_BENCH_QUICK === '1';
 const SIZE = QUICK
   ? { bigMiB: 64, ckptFiles: 8, ckptMiB: 8, zarrRows: 20, zarrCols: 25, rounds: 1 }
-  : { bigMiB: 1024, ckptFiles: 64, ckptMiB: 64, zarrRows: 100, zarrCols: 100, rounds: 3 };
+  : { bigMiB: 1024, ckptFiles: 64, ckptMiB: 64, zarrRows: 100, zarrCols: 100, rounds: Number(process.env.GCSMOUNT_BENCH_ROUNDS ?? 3) };
 /** gcsmount's default --write-block-size-mb: the resumable ceiling sends chunks of the same size. */
 const CHUNK = 32 * MIB;
 /** The data-path bench's knobs. The bandwidth cap applies to response bodies only: uploads are not capped. */

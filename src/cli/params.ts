@@ -1030,7 +1030,7 @@ export const PARAMS = [
     configKey: 'write.global-max-blocks',
     type: 'int',
     default: 4,
-    help: 'Upload chunks in flight mount-wide (-1: no limit); each holds a chunk of memory from the --memory-limit-mb budget',
+    help: 'Chunks of resumable uploads in flight mount-wide (-1: no limit), each holding a chunk of memory from the --memory-limit-mb budget; files of one chunk or less are not limited by it',
     group: 'Writes',
     effect: 'effective',
     min: -1,

@@ -115,7 +115,7 @@ export const GAUGES = {
   open_files: 'files open through the mount',
   write_files_open: 'files open for writing (each with a staged copy)',
   write_staged_bytes: 'bytes of staged copies of files open for writing',
-  write_uploads_in_flight: 'upload chunks (or one-shot uploads) in flight',
+  write_uploads_in_flight: 'chunks of resumable uploads in flight (one-shot uploads of small files are not counted)',
   open_dirs: 'folders open through the mount (opendir without releasedir)',
   kernel_inodes: 'inodes the kernel holds a lookup of (lookups and readdirplus entries, until FORGET)',
   prefetch_held_bytes: 'prefetched bytes held in memory (no --cache-dir)',

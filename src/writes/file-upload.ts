@@ -6,7 +6,7 @@ import { crc32cBase64 } from '../gcs/uploads.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
 
-/** Upload chunks in flight mount-wide (--write-global-max-blocks): each holds a block of memory. */
+/** Chunks of resumable uploads in flight mount-wide (--write-global-max-blocks): each holds a chunk of memory. */
 export class UploadSlots {
   private used = 0;
   private readonly waiters: Array<() => void> = [];
@@ -86,8 +86,9 @@ export class FileUpload {
 
   /** A file of at most one chunk, never streamed: one request (uploadType=multipart), its CRC32C checked. */
   private async oneShot(size: number): Promise<WrittenObject> {
-    const { client, slots, memory } = this.deps;
-    const release = await slots.take();
+    const { client, memory } = this.deps;
+    // No upload slot (those pace chunks of streams): many small files closed at once (a Zarr store
+    // written by dask) go out together, each within the memory budget.
     const reservation = await memory.reserve(Math.max(1, size));
     try {
       const bytes = Buffer.allocUnsafe(size);
@@ -102,7 +103,6 @@ export class FileUpload {
       }
     } finally {
       reservation.release();
-      release();
     }
   }
 
