@@ -179,6 +179,12 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
   forward_full(mount_of(req), OP_RENAME, req, parent, newparent, flags, 0, name, newname, NULL, 0);
 }
 
+static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+  (void)rdev;
+  if (refuse_name(req, name, EINVAL)) return;
+  forward(mount_of(req), OP_MKNOD, req, parent, mode, 0, 0, name);
+}
+
 // Grouped by family; each family's codes are in enum op_code (mount.h).
 const struct fuse_lowlevel_ops ll_ops = {
     .init = ll_init,
@@ -197,7 +203,7 @@ const struct fuse_lowlevel_ops ll_ops = {
     .readdir = ll_readdir,
     .readdirplus = ll_readdirplus,
     .releasedir = ll_releasedir,
-    // writes (hard links, symlinks and mknod are left to libfuse, which answers ENOSYS; create makes regular files)
+    // writes (hard links and symlinks are left to libfuse, which answers ENOSYS)
     .create = ll_create,
     .write = ll_write,
     .flush = ll_flush,
@@ -207,4 +213,5 @@ const struct fuse_lowlevel_ops ll_ops = {
     .mkdir = ll_mkdir,
     .rmdir = ll_rmdir,
     .rename = ll_rename,
+    .mknod = ll_mknod,
 };

@@ -44,6 +44,7 @@ enum op_code {
   OP_MKDIR = 19,
   OP_RMDIR = 20,
   OP_RENAME = 21,
+  OP_MKNOD = 22,
   OP_EXITED = 100, // the receive loop has ended (unmounted, or the connection aborted)
 };
 

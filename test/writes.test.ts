@@ -171,7 +171,7 @@ print(open(p,'rb').read())`,
     expect((await stored(tb, 'log.txt'))!.toString()).toBe('liNe 1\nline ');
   });
 
-  it('O_EXCL on an existing name is EEXIST; mkdir makes a placeholder; rmdir of a non-empty folder is ENOTEMPTY', async () => {
+  it('O_EXCL on an existing name is EEXIST; mkdir makes a placeholder; rmdir of a non-empty folder is ENOTEMPTY; mknod makes an empty object, a FIFO is ENOTSUP', async () => {
     const out = await py(
       `import os,sys,errno
 root=sys.argv[1]
@@ -185,10 +185,15 @@ open(os.path.join(root,'made','f'),'w').write('x')
 print(e(lambda: os.rmdir(os.path.join(root,'made'))))
 os.unlink(os.path.join(root,'made','f'))
 print(e(lambda: os.rmdir(os.path.join(root,'made'))))
-print(e(lambda: os.link(os.path.join(root,'exists'), os.path.join(root,'hard'))))`,
+print(e(lambda: os.link(os.path.join(root,'exists'), os.path.join(root,'hard'))))
+import stat
+print(e(lambda: os.mknod(os.path.join(root,'node'), 0o644 | stat.S_IFREG)), os.path.getsize(os.path.join(root,'node')))
+print(e(lambda: os.mknod(os.path.join(root,'node'), 0o644 | stat.S_IFREG)))
+print(e(lambda: os.mkfifo(os.path.join(root,'fifo'))))`,
       m.path,
     );
-    expect(out.split('\n')).toEqual(['EEXIST', 'ok', 'EEXIST', 'ENOTEMPTY', 'ok', expect.stringMatching(/ENOSYS|EPERM/)]);
+    expect(out.split('\n')).toEqual(['EEXIST', 'ok', 'EEXIST', 'ENOTEMPTY', 'ok', expect.stringMatching(/ENOSYS|EPERM/), 'ok 0', 'EEXIST', expect.stringMatching(/ENOTSUP|EOPNOTSUPP/)]);
+    expect((await stored(tb, 'node'))!.length).toBe(0);
     expect(await resource(tb, 'made/')).toBeNull();
   });
 

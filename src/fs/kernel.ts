@@ -42,6 +42,7 @@ export const OP = {
   MKDIR: 19,
   RMDIR: 20,
   RENAME: 21,
+  MKNOD: 22,
   EXITED: 100,
 } as const;
 

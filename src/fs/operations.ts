@@ -231,7 +231,7 @@ export function createOperations(deps: OperationDeps): Operations {
   return { onRequest: dispatcher(deps, families, kernelCache), handles, inodes, kernelCache };
 }
 
-const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME]);
+const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME, OP.MKNOD]);
 
 function dispatchWrite(
   writes: WriteOps,
@@ -264,6 +264,8 @@ function dispatchWrite(
       return writes.rmdir(answer('rmdir'), ino, name!);
     case OP.RENAME:
       return writes.rename(answer('rename'), ino, name!, x, name2, y);
+    case OP.MKNOD:
+      return writes.mknod(answer('mknod'), ino, name!, x);
     default:
       return answer('unknown').error(Errno.ENOSYS);
   }

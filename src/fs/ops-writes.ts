@@ -31,7 +31,7 @@ export function opensForWriting(flags: number): boolean {
 /**
  * Files open for writing and the changes to names: CREATE, OPEN (for writing, or of a file a writer has
  * open), WRITE, FLUSH (close: the upload), FSYNC, SETATTR (truncate, mtime), UNLINK, MKDIR, RMDIR,
- * RENAME. The work is the writes layer's (writes/); this answers the kernel and keeps the inode and
+ * RENAME, MKNOD. The work is the writes layer's (writes/); this answers the kernel and keeps the inode and
  * handle tables in step with what it did.
  */
 export class WriteOps {
@@ -241,6 +241,24 @@ export class WriteOps {
     if (dir === undefined) return a.error(Errno.ESTALE);
     const path = childPath(dir, name);
     this.writes.makeDir(path).then(
+      (entry) => {
+        const ino = inodes.lookedUp(path);
+        this.ctx.told(ino, path, entry);
+        if (!a.entry(statFor(ino, entry, deps.attributes), deps.timeouts.entrySec, deps.timeouts.attrSec)) inodes.forget(ino, 1);
+        else inodes.node(ino)!.entryToldAt = performance.now();
+      },
+      (err) => this.failed(a, path, err),
+    );
+  }
+
+  /** mknod(2): a regular file is an empty object made now (gcsfuse's rule); anything else (a FIFO, a device) is ENOTSUP. */
+  mknod(a: Answer, parent: number, name: string, mode: number): void {
+    const { inodes, deps } = this.ctx;
+    const dir = inodes.path(parent);
+    if (dir === undefined) return a.error(Errno.ESTALE);
+    if ((mode & constants.S_IFMT) !== constants.S_IFREG) return a.error(E.ENOTSUP);
+    const path = childPath(dir, name);
+    this.writes.makeFile(path).then(
       (entry) => {
         const ino = inodes.lookedUp(path);
         this.ctx.told(ino, path, entry);

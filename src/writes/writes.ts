@@ -182,6 +182,20 @@ export class Writes {
     return entry;
   }
 
+  /** mknod of a regular file: an empty object, created only where nothing is (EEXIST otherwise). */
+  async makeFile(path: string): Promise<Entry> {
+    if (await this.entryOf(path)) throw new RefusedError('EEXIST', `${path} exists`);
+    try {
+      const object = await this.deps.client.uploadObject(this.deps.names.objectName(path), Buffer.alloc(0), { ifGenerationMatch: '0' });
+      const entry: Entry = { kind: 'file', meta: object };
+      this.deps.changes.set(path, entry);
+      return entry;
+    } catch (err) {
+      if (isGcsError(err, 'PRECONDITION')) throw new RefusedError('EEXIST', `${path} exists`);
+      throw err;
+    }
+  }
+
   /** rmdir: refused while anything is under the folder (in the bucket, or open here); its placeholder goes. */
   async removeDir(path: string): Promise<void> {
     const entry = await this.entryOf(path);
