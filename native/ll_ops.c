@@ -123,6 +123,8 @@ static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino) { forward(mount_of(req), OP_STATFS, req, ino, 0, 0, 0, NULL); }
 
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino) { forward(mount_of(req), OP_READLINK, req, ino, 0, 0, 0, NULL); }
+
 // ------------------------------------------------------------------ writes
 // Names a write would create must be UTF-8 (object names are); one that is not names no object either.
 
@@ -179,6 +181,12 @@ static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
   forward_full(mount_of(req), OP_RENAME, req, parent, newparent, flags, 0, name, newname, NULL, 0);
 }
 
+// A link's target goes into the object's metadata, which holds UTF-8 only.
+static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+  if (refuse_name(req, name, EINVAL) || refuse_name(req, link, EINVAL)) return;
+  forward_full(mount_of(req), OP_SYMLINK, req, parent, 0, 0, 0, name, link, NULL, 0);
+}
+
 static void ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
   (void)rdev;
   if (refuse_name(req, name, EINVAL)) return;
@@ -194,6 +202,7 @@ const struct fuse_lowlevel_ops ll_ops = {
     .forget_multi = ll_forget_multi,
     .getattr = ll_getattr,
     .statfs = ll_statfs,
+    .readlink = ll_readlink,
     // reads
     .open = ll_open,
     .read = ll_read,
@@ -203,7 +212,7 @@ const struct fuse_lowlevel_ops ll_ops = {
     .readdir = ll_readdir,
     .readdirplus = ll_readdirplus,
     .releasedir = ll_releasedir,
-    // writes (hard links and symlinks are left to libfuse, which answers ENOSYS)
+    // writes (hard links are left to libfuse, which answers ENOSYS, as gcsfuse does)
     .create = ll_create,
     .write = ll_write,
     .flush = ll_flush,
@@ -214,4 +223,5 @@ const struct fuse_lowlevel_ops ll_ops = {
     .rmdir = ll_rmdir,
     .rename = ll_rename,
     .mknod = ll_mknod,
+    .symlink = ll_symlink,
 };

@@ -45,6 +45,8 @@ enum op_code {
   OP_RMDIR = 20,
   OP_RENAME = 21,
   OP_MKNOD = 22,
+  OP_READLINK = 23,
+  OP_SYMLINK = 24,
   OP_EXITED = 100, // the receive loop has ended (unmounted, or the connection aborted)
 };
 

@@ -4,6 +4,7 @@
 #include "mount.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,8 +260,25 @@ static napi_value reply_buf(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// replyDir(req, names, inos, isDir, start, size): entries from index `start` that fit in `size` bytes;
-// entry i has offset i + 1. Returns how many were sent.
+// replyReadlink(req, target): a symbolic link's target (at most PATH_MAX bytes: the kernel's limit too).
+static napi_value reply_readlink(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct req_ref *r = take_req(env, argv[0]);
+  if (!r) return NULL;
+  char target[PATH_MAX];
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, argv[1], target, sizeof target, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyReadlink wants a string");
+    return NULL;
+  }
+  fuse_reply_readlink(r->req, target);
+  answered(r);
+  return NULL;
+}
+
+// replyDir(req, names, inos, types, start, size): entries from index `start` that fit in `size` bytes;
+// entry i has offset i + 1 and file type bits types[i]. Returns how many were sent.
 static napi_value reply_dir(napi_env env, napi_callback_info info) {
   napi_value argv[6];
   args_of(env, info, 6, argv);
@@ -280,18 +298,16 @@ static napi_value reply_dir(napi_env env, napi_callback_info info) {
   uint32_t i = start;
   char name[1024];
   for (; i < count; i++) {
-    napi_value nv, iv, dv;
+    napi_value nv, iv, tv;
     size_t nlen = 0;
     napi_get_element(env, argv[1], i, &nv);
     napi_get_element(env, argv[2], i, &iv);
-    napi_get_element(env, argv[3], i, &dv);
+    napi_get_element(env, argv[3], i, &tv);
     if (napi_get_value_string_utf8(env, nv, name, sizeof name, &nlen) != napi_ok) break;
-    bool dir = false;
-    napi_get_value_bool(env, dv, &dir);
     struct stat st;
     memset(&st, 0, sizeof st);
     st.st_ino = (ino_t)num(env, iv);
-    st.st_mode = dir ? S_IFDIR : S_IFREG;
+    st.st_mode = (mode_t)num(env, tv) & S_IFMT;
     size_t need = fuse_add_direntry(r->req, buf + used, size - used, name, &st, (off_t)i + 1);
     if (need > size - used) break;
     used += need;
@@ -404,6 +420,7 @@ int replies_exports(napi_env env, napi_value exports) {
   EXPORT("replyOpen", reply_open);
   EXPORT("replyBuf", reply_buf);
   EXPORT("replyDir", reply_dir);
+  EXPORT("replyReadlink", reply_readlink);
   EXPORT("replyDirPlus", reply_dir_plus);
   EXPORT("replyStatfs", reply_statfs);
   EXPORT("replyCreate", reply_create);

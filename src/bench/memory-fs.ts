@@ -63,7 +63,7 @@ async function main(): Promise<void> {
           fuse.replyOpen(req, 1, 0);
           return;
         case OP.READDIR:
-          fuse.replyDir(req, ['.', '..', 'data'], [1, 1, 2], [true, true, false], y, z);
+          fuse.replyDir(req, ['.', '..', 'data'], [1, 1, 2], [0o040000, 0o040000, 0o100000], y, z);
           return;
         case OP.RELEASE:
         case OP.RELEASEDIR:

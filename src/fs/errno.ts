@@ -14,6 +14,8 @@ export const Errno = {
   EBADF: E.EBADF,
   ESTALE: E.ESTALE,
   ENOSYS: E.ENOSYS,
+  EINVAL: E.EINVAL,
+  ENAMETOOLONG: E.ENAMETOOLONG,
 } as const;
 
 /** The one place a failure becomes an errno. Exhaustive: a new code will not compile until mapped. */

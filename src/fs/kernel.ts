@@ -43,6 +43,8 @@ export const OP = {
   RMDIR: 20,
   RENAME: 21,
   MKNOD: 22,
+  READLINK: 23,
+  SYMLINK: 24,
   EXITED: 100,
 } as const;
 
@@ -69,7 +71,7 @@ export interface MountTuning {
 /**
  * `name` is the entry a request names (lookup, create, unlink...), or for a read the native path gave
  * back, the key of the damaged block file (`reason`, a FALLBACK code, says what was wrong with it).
- * `name2` is a rename's new name; `data` a write's bytes, or a setattr's values
+ * `name2` is a rename's new name or a symlink's target; `data` a write's bytes, or a setattr's values
  * as five float64s: [mode, uid, gid, atimeMs, mtimeMs] (-1: now).
  */
 export type RequestListener = (
@@ -113,8 +115,13 @@ export interface FuseAddon {
   replyOpen(req: FuseRequest, fh: number, flags: number, file?: NativeFile): number;
   /** The kernel copies the first `length` bytes straight from the Buffer's memory. */
   replyBuf(req: FuseRequest, data: Buffer, length: number): void;
-  /** Sends entries from index `start` that fit in `size` bytes (entry i has offset i + 1); returns how many. */
-  replyDir(req: FuseRequest, names: readonly string[], inos: readonly number[], isDir: readonly boolean[], start: number, size: number): number;
+  /**
+   * Sends entries from index `start` that fit in `size` bytes (entry i has offset i + 1, file type bits
+   * types[i]); returns how many.
+   */
+  replyDir(req: FuseRequest, names: readonly string[], inos: readonly number[], types: readonly number[], start: number, size: number): number;
+  /** A symbolic link's target. */
+  replyReadlink(req: FuseRequest, target: string): void;
   /**
    * READDIRPLUS: sends the entries that fit in `size` bytes, names[i] at listing offset start + i + 1
    * with attributes attrs[7i .. 7i + 6] (an Attr each). Returns how many were sent, or -errno when the

@@ -19,9 +19,10 @@ import { WriteOps } from './ops-writes.js';
 import type { Writes } from '../writes/writes.js';
 import type { WriteState } from '../writes/write-state.js';
 
-// The op table, by family: ops-entries.ts (lookup, forget, getattr, statfs), ops-reads.ts (open, read,
-// release), ops-dirs.ts (opendir, readdir, readdirplus, releasedir), ops-writes.ts (create, write, flush,
-// fsync, setattr, unlink, mkdir, rmdir, rename; opens for writing), assembled and dispatched here.
+// The op table, by family: ops-entries.ts (lookup, forget, getattr, readlink, statfs), ops-reads.ts
+// (open, read, release), ops-dirs.ts (opendir, readdir, readdirplus, releasedir), ops-writes.ts (create,
+// write, flush, fsync, setattr, unlink, mkdir, rmdir, rename, mknod, symlink; opens for writing),
+// assembled and dispatched here.
 
 export interface KernelTimeouts {
   /** How long the kernel may keep a name -> inode entry, and an inode's attributes. */
@@ -115,7 +116,7 @@ export class Answer {
   }
 
   dir(d: DirListing, start: number, size: number): void {
-    this.fuse.replyDir(this.req, d.names, d.inos, d.isDir, start, size);
+    this.fuse.replyDir(this.req, d.names, d.inos, d.types, start, size);
     this.done(false);
   }
 
@@ -124,6 +125,11 @@ export class Answer {
     const sent = this.fuse.replyDirPlus(this.req, names, attrs, start, size, entrySec, attrSec);
     this.done(false);
     return Math.max(0, sent);
+  }
+
+  readlink(target: string): void {
+    this.fuse.replyReadlink(this.req, target);
+    this.done(false);
   }
 
   statfs(values: number[]): void {
@@ -231,7 +237,7 @@ export function createOperations(deps: OperationDeps): Operations {
   return { onRequest: dispatcher(deps, families, kernelCache), handles, inodes, kernelCache };
 }
 
-const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME, OP.MKNOD]);
+const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME, OP.MKNOD, OP.SYMLINK]);
 
 function dispatchWrite(
   writes: WriteOps,
@@ -266,6 +272,8 @@ function dispatchWrite(
       return writes.rename(answer('rename'), ino, name!, x, name2, y);
     case OP.MKNOD:
       return writes.mknod(answer('mknod'), ino, name!, x);
+    case OP.SYMLINK:
+      return writes.symlink(answer('symlink'), ino, name!, name2!);
     default:
       return answer('unknown').error(Errno.ENOSYS);
   }
@@ -300,6 +308,8 @@ function dispatcher(deps: OperationDeps, { entries, reads, dirs, writes }: OpFam
           return dirs.releasedir(new Answer(fuse, metrics, req, 'releasedir'), x);
         case OP.STATFS:
           return entries.statfs(new Answer(fuse, metrics, req, 'statfs'));
+        case OP.READLINK:
+          return entries.readlink(new Answer(fuse, metrics, req, 'readlink'), ino);
         default:
           if (!writes) return fuse.replyErr(req, WRITE_OPS.has(op) ? Errno.EROFS : Errno.ENOSYS);
           return dispatchWrite(writes, op, (name) => new Answer(fuse, metrics, req, name), ino, x, y, z, name, name2, data);

@@ -1,7 +1,7 @@
 import type { Entry } from '../namespace/entry.js';
 import type { ListingRun } from '../namespace/listing-run.js';
 import { childPath, parentPath } from '../namespace/paths.js';
-import { statFor } from './attributes.js';
+import { S_IFDIR, S_IFLNK, S_IFREG, statFor, typeOf } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import { ROOT_INO, type InodeNode } from './inodes.js';
 import { OPEN_FLAGS } from './kernel.js';
@@ -22,8 +22,6 @@ const MIN_DIRENTPLUS_BYTES = 160;
 const READDIRPLUS_MAX_ENTRIES = 10_000;
 
 /** File type bits, for an entry sent without attributes (its d_type). */
-const S_IFREG = 0o100000;
-const S_IFDIR = 0o040000;
 
 /**
  * An open folder's listing as the kernel reads it. Entries 0 and 1 are "." and ".."; entry i's metadata
@@ -32,7 +30,8 @@ const S_IFDIR = 0o040000;
 export interface DirListing {
   names: string[];
   inos: number[];
-  isDir: boolean[];
+  /** Each entry's file type bits (S_IFDIR, S_IFREG, S_IFLNK). */
+  types: number[];
   runs: (ListingRun | null)[];
   rows: number[];
   prefix: string;
@@ -105,9 +104,9 @@ export class DirOps {
       const freshFor = timeouts.entrySec * 500;
       const huge = l.names.length - 2 > READDIRPLUS_MAX_ENTRIES;
       /** Entry i without attributes (the kernel takes no lookup of it): inode `ino`'s name and type. */
-      const bare = (i: number, ino: number, dir: boolean): void => {
+      const bare = (i: number, ino: number, type: number): void => {
         attrs[7 * i] = -ino;
-        attrs[7 * i + 1] = dir ? S_IFDIR : S_IFREG;
+        attrs[7 * i + 1] = type;
         entries.push(null);
       };
       for (let i = 0; i < n; i++) {
@@ -129,16 +128,17 @@ export class DirOps {
           continue;
         }
         const row = l.rows[at]!;
-        const dir = l.isDir[at]!;
+        const type = l.types[at]!;
+        const dir = type === S_IFDIR;
         if (huge) {
-          bare(i, l.inos[at]!, dir);
+          bare(i, l.inos[at]!, type);
           continue;
         }
         const child = childPath(path, names[i]!);
         const pinned = dir ? undefined : handles.pinned(child);
         const node = inodes.at(child);
         if (!pinned && node && node.lookups > 0 && now - node.entryToldAt < freshFor && node.toldKind === (dir ? 'dir' : 'file') && (dir || node.toldGeneration === run.generation(row))) {
-          bare(i, node.ino, dir);
+          bare(i, node.ino, type);
           continue;
         }
         const entry: Entry = dir ? { kind: 'dir', mtimeMs: null } : { kind: 'file', meta: pinned ?? run.meta(row, l.prefix) };
@@ -190,7 +190,7 @@ export class DirOps {
       const parent = path === '/' ? ROOT_INO : (inodes.peek(parentPath(path)) ?? ROOT_INO);
       const names = ['.', '..'];
       const inos = [d.ino, parent];
-      const isDir = [true, true];
+      const types = [S_IFDIR, S_IFDIR];
       const runs: (ListingRun | null)[] = [null, null];
       const rows = [0, 0];
       // What this mount changed in the folder wins over the listing, which may be older than the change.
@@ -201,7 +201,7 @@ export class DirOps {
         names.push(name);
         // A name not looked up yet has no inode: readdir's number is only a hint (stat asks lookup).
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
-        isDir.push(dir);
+        types.push(dir ? S_IFDIR : run.isSymlink(i) ? S_IFLNK : S_IFREG);
         runs.push(run);
         rows.push(i);
       });
@@ -210,11 +210,11 @@ export class DirOps {
         local.set(names.length, entry);
         names.push(name);
         inos.push(inodes.peek(childPath(path, name)) ?? unlookedInode(path, name));
-        isDir.push(entry.kind === 'dir');
+        types.push(typeOf(entry));
         runs.push(null);
         rows.push(0);
       }
-      d.listing = { names, inos, isDir, runs, rows, prefix: listing.prefix, local };
+      d.listing = { names, inos, types, runs, rows, prefix: listing.prefix, local };
       return d.listing;
     });
     return d.pending;

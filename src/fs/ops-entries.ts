@@ -1,6 +1,7 @@
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Entry } from '../namespace/entry.js';
 import { childPath } from '../namespace/paths.js';
+import { MAX_SYMLINK_TARGET } from '../gcs/symlinks.js';
 import { statFor } from './attributes.js';
 import { Errno, errnoFor } from './errno.js';
 import type { Attr } from './kernel.js';
@@ -26,7 +27,7 @@ const STATFS = [
   255, // namemax
 ];
 
-/** Names and attributes: LOOKUP, FORGET, GETATTR and STATFS. */
+/** Names and attributes: LOOKUP, FORGET, GETATTR, READLINK and STATFS. */
 export class EntryOps {
   constructor(private readonly ctx: OpContext) {}
 
@@ -80,6 +81,39 @@ export class EntryOps {
       (attr) => (attr ? a.attr(attr, deps.timeouts.attrSec) : a.error(Errno.ENOENT)),
       (err) => this.ctx.fail(a, path, err, errnoFor(err)),
     );
+  }
+
+  /**
+   * A symbolic link's target: from its metadata, or for a link of the standard form, its object's
+   * bytes (read once per READLINK; the kernel asks at each path walk through the link).
+   */
+  readlink(a: Answer, ino: number): void {
+    const { inodes, deps } = this.ctx;
+    const path = inodes.path(ino);
+    if (path === undefined) return a.error(Errno.ESTALE);
+    const writes = this.ctx.writes;
+    (writes ? writes.entryOf(path) : deps.namespace.lookup(path))
+      .then(async (entry) => {
+        if (!entry) return a.error(Errno.ENOENT);
+        if (entry.kind !== 'file' || entry.meta.symlinkTarget === undefined) return a.error(Errno.EINVAL);
+        const { meta } = entry;
+        if (meta.size > MAX_SYMLINK_TARGET && meta.symlinkTarget === null) return a.error(Errno.ENAMETOOLONG);
+        const target = meta.symlinkTarget ?? (await this.bytesOf(meta));
+        if (Buffer.byteLength(target) > MAX_SYMLINK_TARGET) return a.error(Errno.ENAMETOOLONG);
+        a.readlink(target);
+      })
+      .catch((err) => this.ctx.fail(a, path, err, errnoFor(err)));
+  }
+
+  /** A small object's bytes as text, through the block cache (its first block holds them all). */
+  private async bytesOf(meta: ObjectMeta): Promise<string> {
+    if (meta.size === 0) return '';
+    const block = await this.ctx.deps.blocks.get(meta, 0);
+    try {
+      return block.bytes.toString('utf8', 0, meta.size);
+    } finally {
+      block.release();
+    }
   }
 
   statfs(a: Answer): void {

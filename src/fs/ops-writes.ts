@@ -2,6 +2,7 @@ import { constants } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import type { Entry } from '../namespace/entry.js';
 import { childPath } from '../namespace/paths.js';
+import { MAX_SYMLINK_TARGET, SYMLINK_TARGET_KEY } from '../gcs/symlinks.js';
 import type { WriteState } from '../writes/write-state.js';
 import { writeErrno, type Writes } from '../writes/writes.js';
 import { statFor } from './attributes.js';
@@ -31,7 +32,7 @@ export function opensForWriting(flags: number): boolean {
 /**
  * Files open for writing and the changes to names: CREATE, OPEN (for writing, or of a file a writer has
  * open), WRITE, FLUSH (close: the upload), FSYNC, SETATTR (truncate, mtime), UNLINK, MKDIR, RMDIR,
- * RENAME, MKNOD. The work is the writes layer's (writes/); this answers the kernel and keeps the inode and
+ * RENAME, MKNOD, SYMLINK. The work is the writes layer's (writes/); this answers the kernel and keeps the inode and
  * handle tables in step with what it did.
  */
 export class WriteOps {
@@ -253,12 +254,22 @@ export class WriteOps {
 
   /** mknod(2): a regular file is an empty object made now (gcsfuse's rule); anything else (a FIFO, a device) is ENOTSUP. */
   mknod(a: Answer, parent: number, name: string, mode: number): void {
+    if ((mode & constants.S_IFMT) !== constants.S_IFREG) return a.error(E.ENOTSUP);
+    this.makeEmpty(a, parent, name);
+  }
+
+  /** symlink(2): an empty object whose metadata holds the target, as gcsfuse makes links. */
+  symlink(a: Answer, parent: number, name: string, target: string): void {
+    if (Buffer.byteLength(target) > MAX_SYMLINK_TARGET) return a.error(E.ENAMETOOLONG);
+    this.makeEmpty(a, parent, name, { [SYMLINK_TARGET_KEY]: target });
+  }
+
+  private makeEmpty(a: Answer, parent: number, name: string, metadata?: Record<string, string>): void {
     const { inodes, deps } = this.ctx;
     const dir = inodes.path(parent);
     if (dir === undefined) return a.error(Errno.ESTALE);
-    if ((mode & constants.S_IFMT) !== constants.S_IFREG) return a.error(E.ENOTSUP);
     const path = childPath(dir, name);
-    this.writes.makeFile(path).then(
+    this.writes.makeFile(path, metadata).then(
       (entry) => {
         const ino = inodes.lookedUp(path);
         this.ctx.told(ino, path, entry);

@@ -8,10 +8,18 @@ export interface ObjectMeta {
   /** GCS generation as a decimal string: exceeds 2^53, so never a JS number. */
   generation: string;
   metageneration: string;
-  /** Milliseconds since the epoch of the object's last update. */
+  /**
+   * The file's mtime, milliseconds since the epoch: its `gcsfuse_mtime` metadata where gcsfuse or
+   * gcsmount set one (utimes, an upload), else the object's last update.
+   */
   updatedMs: number;
   /** Base64 of the big-endian CRC32C, as GCS reports it; null when GCS did not send one. */
   crc32c: string | null;
+  /**
+   * Set only for a symbolic link (gcs/symlinks.ts): its target, or null when the target is the
+   * object's bytes (the standard form).
+   */
+  symlinkTarget?: string | null;
 }
 
 /** One generation of an object, as much as a download needs: its size tells a whole-object answer. */

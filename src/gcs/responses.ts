@@ -2,10 +2,15 @@
 // transport failures.
 import type { Dispatcher } from 'undici';
 import { GcsError, codeForStatus } from './errors.js';
+import { MTIME_KEY, parseMtime } from './mtime.js';
 import type { ObjectMeta } from './object-client.js';
+import { symlinkTargetOf } from './symlinks.js';
 
-/** Only what the namespace and the block cache use: small responses, cheap to parse. */
-export const OBJECT_FIELDS = 'name,size,generation,metageneration,updated,crc32c';
+/**
+ * Only what the namespace and the block cache use: small responses, cheap to parse. `metadata` carries
+ * gcsfuse's mtime and symlink keys (Zarr chunks and most objects have none, so it costs nothing there).
+ */
+export const OBJECT_FIELDS = 'name,size,generation,metageneration,updated,crc32c,metadata';
 
 export interface RawObject {
   name: string;
@@ -14,17 +19,29 @@ export interface RawObject {
   metageneration?: string;
   updated?: string;
   crc32c?: string;
+  metadata?: Record<string, string>;
 }
 
 export function toMeta(raw: RawObject): ObjectMeta {
-  return {
+  const meta: ObjectMeta = {
     name: raw.name,
     size: Number(raw.size),
     generation: raw.generation,
     metageneration: raw.metageneration ?? '1',
-    updatedMs: raw.updated ? Date.parse(raw.updated) : 0,
+    updatedMs: mtimeMsOf(raw),
     crc32c: raw.crc32c ?? null,
   };
+  const target = symlinkTargetOf(raw.metadata);
+  if (target !== undefined) meta.symlinkTarget = target;
+  return meta;
+}
+
+/** The file's mtime as gcsfuse shows it: its `gcsfuse_mtime` when that is a time, else the object's update time. */
+function mtimeMsOf(raw: RawObject): number {
+  const kept = raw.metadata?.[MTIME_KEY];
+  const ns = kept === undefined ? null : parseMtime(kept);
+  if (ns !== null) return Number(ns / 1_000_000n);
+  return raw.updated ? Date.parse(raw.updated) : 0;
 }
 
 export function retryAfterSeconds(header: string | string[] | undefined): number | null {

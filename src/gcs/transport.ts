@@ -39,7 +39,6 @@ export const WRITTEN_FIELDS = 'name,size,generation,metageneration,updated,crc32
 
 export interface RawWritten extends RawObject {
   contentType?: string;
-  metadata?: Record<string, string>;
 }
 
 export function toWritten(raw: RawWritten): WrittenObject {

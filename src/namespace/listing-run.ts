@@ -5,12 +5,15 @@ const DIR = 1;
 const HAS_CRC = 2;
 /** A file hidden because a directory has its name (the directory is shown). */
 const HIDDEN = 4;
+/** A symbolic link (its target is in `odd`). */
+const SYMLINK = 8;
 
-/** What a compact run cannot hold in its arrays: generations beyond 2^53, odd CRC strings. Rare. */
+/** What a compact run cannot hold in its arrays: generations beyond 2^53, odd CRC strings, link targets. Rare. */
 interface OddMeta {
   generation: string;
   metageneration: string;
   crc32c: string | null;
+  symlinkTarget?: string | null;
 }
 
 /** Per entry: 8 size + 8 generation + 8 metageneration + 8 updated + 4 crc + 1 flags + 4 offset. */
@@ -78,8 +81,14 @@ export class ListingRun {
       const gen = exactNumber(meta.generation);
       const metagen = exactNumber(meta.metageneration);
       const crc = meta.crc32c === null ? null : crcNumber(meta.crc32c);
-      if (gen === null || metagen === null || (meta.crc32c !== null && crc === null)) {
-        (odd ??= new Map()).set(i, { generation: meta.generation, metageneration: meta.metageneration, crc32c: meta.crc32c });
+      const link = meta.symlinkTarget !== undefined;
+      if (gen === null || metagen === null || (meta.crc32c !== null && crc === null) || link) {
+        const o: OddMeta = { generation: meta.generation, metageneration: meta.metageneration, crc32c: meta.crc32c };
+        if (link) {
+          o.symlinkTarget = meta.symlinkTarget;
+          flags[i] = SYMLINK;
+        }
+        (odd ??= new Map()).set(i, o);
         continue;
       }
       generations[i] = gen;
@@ -236,11 +245,16 @@ export class ListingRun {
     return o ? o.generation : String(this.generations[i]!);
   }
 
+  /** Whether entry i is a symbolic link. */
+  isSymlink(i: number): boolean {
+    return (this.flags[i]! & SYMLINK) !== 0;
+  }
+
   /** Entry i's object metadata; `prefix` is the folder's object prefix, which completes the name. */
   meta(i: number, prefix: string): ObjectMeta {
     const o = this.odd?.get(i);
     const flags = this.flags[i]!;
-    return {
+    const meta: ObjectMeta = {
       name: prefix + this.key(i),
       size: this.sizes[i]!,
       generation: o ? o.generation : String(this.generations[i]!),
@@ -248,5 +262,7 @@ export class ListingRun {
       updatedMs: this.updated[i]!,
       crc32c: o ? o.crc32c : flags & HAS_CRC ? crcString(this.crcs[i]!) : null,
     };
+    if (o?.symlinkTarget !== undefined) meta.symlinkTarget = o.symlinkTarget;
+    return meta;
   }
 }

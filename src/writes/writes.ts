@@ -182,11 +182,14 @@ export class Writes {
     return entry;
   }
 
-  /** mknod of a regular file: an empty object, created only where nothing is (EEXIST otherwise). */
-  async makeFile(path: string): Promise<Entry> {
+  /**
+   * mknod of a regular file, or symlink (`metadata` names the link's target, gcs/symlinks.ts): an empty
+   * object, created only where nothing is (EEXIST otherwise).
+   */
+  async makeFile(path: string, metadata?: Record<string, string>): Promise<Entry> {
     if (await this.entryOf(path)) throw new RefusedError('EEXIST', `${path} exists`);
     try {
-      const object = await this.deps.client.uploadObject(this.deps.names.objectName(path), Buffer.alloc(0), { ifGenerationMatch: '0' });
+      const object = await this.deps.client.uploadObject(this.deps.names.objectName(path), Buffer.alloc(0), { ifGenerationMatch: '0', ...(metadata ? { metadata } : {}) });
       const entry: Entry = { kind: 'file', meta: object };
       this.deps.changes.set(path, entry);
       return entry;
