@@ -1,5 +1,6 @@
-// Object attributes a file cannot carry: metageneration, contentType and custom metadata, kept per
-// bucket in a side file, each entry valid only for the generation it was written for.
+// Object attributes a file cannot carry: metageneration, contentType and custom metadata, kept in side
+// files, each entry valid only for the generation it was written for.
+import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { SIDE_DIR } from './names.js';
@@ -21,7 +22,8 @@ interface StoredAttrs extends ObjectAttrs {
   generation: string;
 }
 
-const FILE = 'attributes.json';
+/** Each object's attributes in a file of its own, named by a hash of its name: a write costs one small file. */
+const DIR = 'attributes';
 
 export const NO_ATTRS: ObjectAttrs = { metageneration: '1', contentType: null, metadata: null };
 
@@ -38,9 +40,18 @@ export class AttrsOf {
   }
 }
 
-/** Reads and writes the side file; writes must be made under the store's bucket lock. */
+interface BucketAttrs {
+  /** The folder's stat when `entries` last matched it: another change (another process's) reloads it. */
+  stamp: string;
+  entries: Map<string, StoredAttrs>;
+}
+
+/**
+ * Reads and writes the side files (one per object: a bucket of 10,000 written objects once rewrote a
+ * megabyte of JSON per upload); writes must be made under the store's bucket lock.
+ */
 export class AttributeStore {
-  private readonly cache = new Map<string, { key: string; entries: Map<string, StoredAttrs> }>();
+  private readonly cache = new Map<string, BucketAttrs>();
 
   constructor(
     private readonly bucketDir: (bucket: string) => string,
@@ -57,41 +68,51 @@ export class AttributeStore {
 
   /** Records `name`'s attributes for one generation, or forgets them (null). */
   async set(bucket: string, name: string, value: (ObjectAttrs & { generation: string }) | null): Promise<void> {
-    const entries = new Map(await this.entries(bucket));
+    const entries = await this.entries(bucket);
     if (value === null && !entries.has(name)) return;
-    if (value === null) entries.delete(name);
-    else entries.set(name, { generation: value.generation, metageneration: value.metageneration, contentType: value.contentType, metadata: value.metadata });
-    const p = this.file(bucket);
-    await fsp.mkdir(path.dirname(p), { recursive: true });
-    const tmp = await this.tempPath(bucket);
-    await fsp.writeFile(tmp, JSON.stringify(Object.fromEntries(entries)));
-    await fsp.rename(tmp, p);
+    const dir = this.dir(bucket);
+    const file = path.join(dir, createHash('sha256').update(name, 'utf8').digest('hex'));
+    if (value === null) {
+      await fsp.rm(file, { force: true });
+      entries.delete(name);
+    } else {
+      const stored: StoredAttrs = { generation: value.generation, metageneration: value.metageneration, contentType: value.contentType, metadata: value.metadata };
+      await fsp.mkdir(dir, { recursive: true });
+      const tmp = await this.tempPath(bucket);
+      await fsp.writeFile(tmp, JSON.stringify({ name, ...stored }));
+      await fsp.rename(tmp, file);
+      entries.set(name, stored);
+    }
+    this.cache.set(dir, { stamp: await stampOf(dir), entries });
   }
 
-  private file(bucket: string): string {
-    return path.join(this.bucketDir(bucket), SIDE_DIR, FILE);
+  private dir(bucket: string): string {
+    return path.join(this.bucketDir(bucket), SIDE_DIR, DIR);
   }
 
   private async entries(bucket: string): Promise<Map<string, StoredAttrs>> {
-    const p = this.file(bucket);
-    const st = await fsp.stat(p, { bigint: true }).catch(() => null);
-    if (!st) return new Map();
-    const key = `${st.ino}:${st.size}:${st.mtimeNs}`;
-    const cached = this.cache.get(p);
-    if (cached && cached.key === key) return cached.entries;
+    const dir = this.dir(bucket);
+    const stamp = await stampOf(dir);
+    const cached = this.cache.get(dir);
+    if (cached && cached.stamp === stamp) return cached.entries;
     const entries = new Map<string, StoredAttrs>();
-    try {
-      const parsed = JSON.parse(await fsp.readFile(p, 'utf8')) as Record<string, Partial<StoredAttrs>>;
-      for (const [name, v] of Object.entries(parsed)) {
-        if (typeof v?.generation !== 'string' || typeof v.metageneration !== 'string') continue;
-        entries.set(name, { generation: v.generation, metageneration: v.metageneration, contentType: v.contentType ?? null, metadata: v.metadata ?? null });
+    for (const f of await fsp.readdir(dir).catch(() => [] as string[])) {
+      try {
+        const v = JSON.parse(await fsp.readFile(path.join(dir, f), 'utf8')) as Partial<StoredAttrs & { name: string }>;
+        if (typeof v.name !== 'string' || typeof v.generation !== 'string' || typeof v.metageneration !== 'string') continue;
+        entries.set(v.name, { generation: v.generation, metageneration: v.metageneration, contentType: v.contentType ?? null, metadata: v.metadata ?? null });
+      } catch {
+        // A hand-damaged (or vanished) file reads as "no attributes" rather than failing every request.
       }
-    } catch {
-      // A hand-damaged file reads as "no attributes" rather than failing every request.
     }
-    this.cache.set(p, { key, entries });
+    this.cache.set(dir, { stamp, entries });
     return entries;
   }
+}
+
+async function stampOf(dir: string): Promise<string> {
+  const st = await fsp.stat(dir, { bigint: true }).catch(() => null);
+  return st ? `${st.ino}:${st.mtimeNs}:${st.ctimeNs}` : 'none';
 }
 
 /**
