@@ -118,13 +118,15 @@ export class WriteState {
 
   /**
    * The file is now `path`, to be uploaded as `name`, replacing the generation `expect` ('0': none)
-   * there; `moved` is its object moved along (the bytes a staged copy not made yet starts from).
+   * there; `moved` is its object moved along: the source from now on, whether or not a staged copy
+   * exists, since the old name's object is gone (a reader that joins once the last close dropped the
+   * staged copy reads the source, and a read of the old name's generation would be a false ENOENT).
    */
   renamed(path: string, name: string, expect: string, moved: ObjectMeta | null): void {
     this.path = path;
     this.objectName = name;
     this.expect = expect;
-    if (moved && !this.staged) this.source = moved;
+    if (moved) this.source = moved;
     if (this.upload) {
       const u = this.upload;
       this.upload = null;
