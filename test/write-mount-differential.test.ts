@@ -1,6 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { cleanupAll } from './helpers/harness.js';
-import { mountDifferentialCase } from './helpers/write-mount.js';
+import { mountDifferentialCase as runCase, type MountCaseOptions } from '../src/torture/write-mount.js';
+import { cleanupAll, mount, startBucket, tempDir, unmount } from './helpers/harness.js';
+
+const mountDifferentialCase = (opts: MountCaseOptions) => runCase({ startBucket, mount, unmount, tempDir }, opts);
 
 afterAll(cleanupAll);
 

@@ -1,10 +1,16 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { TorturePlumbing } from './case-plumbing.js';
 import { runNamespaceSchedules } from './namespace-schedules.js';
 import { runTorture } from './torture.js';
+import { mountDifferentialCase, type MountCaseOptions } from './write-mount.js';
 
 /**
- * `npm run torture -- --seconds N [--readers N] [--seed N]`: the read torture, through real mounts;
- * then the namespace's random schedules for as long again (`--schedules-only` runs those alone).
- * Prints the reports; exits 1 on any mismatch or violation.
+ * `npm run torture -- --seconds N [--readers N] [--seed N]`: the namespace's random schedules, then the
+ * read torture through real mounts, then the write differential through real mounts (plain, under
+ * faults, across a SIGKILL), each for about N seconds (`--schedules-only`, `--writes-only` run one
+ * alone). Prints the reports; exits 1 on any mismatch or violation.
  */
 async function main(): Promise<number> {
   const args = process.argv.slice(2);
@@ -20,12 +26,46 @@ async function main(): Promise<number> {
   };
   const seconds = num('--seconds', 60);
   const seed = num('--seed', Date.now() % 100_000);
+  if (args.includes('--writes-only')) return writeDifferentials(seconds, seed);
   const schedules = await namespaceSchedules(seconds, seed);
   if (args.includes('--schedules-only')) return schedules;
   const report = await runTorture({ seconds, readers: num('--readers', 6), objects: num('--objects', 16), seed, log: (l) => process.stderr.write(`${l}\n`) });
   process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements\n`);
-  return report.mismatches === 0 && schedules === 0 ? 0 : 1;
+  const writes = await writeDifferentials(seconds, seed);
+  return report.mismatches === 0 && schedules === 0 && writes === 0 ? 0 : 1;
+}
+
+const WRITE_VARIANTS: NonNullable<MountCaseOptions['variant']>[] = ['plain', 'faults', 'sigkill'];
+
+/**
+ * Write differential cases from `seed` on, one variant after another, until `seconds` have passed (each
+ * variant at least once); 1 if any answer, file or object differed, or a crash left what it must not.
+ */
+async function writeDifferentials(seconds: number, seed: number): Promise<number> {
+  const until = Date.now() + seconds * 1000;
+  let cases = 0;
+  let steps = 0;
+  let failed = 0;
+  for (let i = 0; i < WRITE_VARIANTS.length || Date.now() < until; i++) {
+    const variant = WRITE_VARIANTS[i % WRITE_VARIANTS.length]!;
+    const plumbing = new TorturePlumbing(mkdtempSync(join(tmpdir(), 'gcsmount-wtorture-')));
+    try {
+      const r = await mountDifferentialCase(plumbing, { seed: seed + i, variant, ops: 1000, bigWrites: i % 2 === 1 });
+      cases++;
+      steps += r.report.steps;
+      const crash = r.crash ?? [];
+      if (r.report.mismatchCount + crash.length > 0) {
+        failed++;
+        const first = [...r.report.mismatches.map((m) => JSON.stringify(m)), ...crash].slice(0, 3).join('; ');
+        process.stdout.write(`write differential: seed ${seed + i} (${variant}): ${r.report.mismatchCount} mismatches, ${crash.length} crash violations, first: ${first}\n`);
+      }
+    } finally {
+      await plumbing.cleanup();
+    }
+  }
+  process.stdout.write(`write differential: ${cases} cases from seed ${seed} (plain, faults, sigkill), ${steps} steps, ${failed} with differences\n`);
+  return failed === 0 ? 0 : 1;
 }
 
 /** Runs batches of the namespace's schedules from `seed` on for `seconds`; 1 if any broke a rule. */

@@ -1,19 +1,15 @@
 import { createHash } from 'node:crypto';
-import { seededRandom } from '../../src/torture/model-bucket.js';
-import { OpServer, type TreeSnapshot } from '../../src/torture/op-server.js';
-import { checkAfterCrash, generateWriteOps, runWriteDifferential, WriteDifferential, type WriteDiffReport } from '../../src/torture/write-ops.js';
-import { mount, startBucket, tempDir, unmount, type TestBucket } from './harness.js';
+import type { ChildProcess } from 'node:child_process';
+import type { Emulator } from '../emulator/server.js';
+import { seededRandom } from './model-bucket.js';
+import { OpServer, type TreeSnapshot } from './op-server.js';
+import { checkAfterCrash, generateWriteOps, runWriteDifferential, WriteDifferential, type WriteDiffReport } from './write-ops.js';
 
 /**
- * The differential write test against a real mount: not enabled anywhere yet, because the mount is still
- * read-only. Once writes land, a test file calls it per variant, e.g.
- *
- *   afterAll(cleanupAll);
- *   it('plain', async () => {
- *     const r = await mountDifferentialCase({ seed: 1, variant: 'plain' });
- *     expect(r.report.mismatches).toEqual([]);
- *   }, 900_000);
- *   // 'faults': 429s, 503s, resets and upload resets; 'sigkill': r.crash lists what the crash broke.
+ * The differential write test against a real mount, for the test suite (test/write-mount-differential)
+ * and the torture run (`npm run torture`), each bringing its own plumbing (MountPlumbing): seeded
+ * random operations applied to the mount and to a local folder, compared after each step; after each
+ * close the bucket's objects must equal the local files too.
  *
  * Everything that touches the mount runs in the op-server process: this process hosts the emulator.
  *
@@ -23,6 +19,27 @@ import { mount, startBucket, tempDir, unmount, type TestBucket } from './harness
  * absent or one of its complete states (its content before the open, or at an fsync, a close by
  * another handle, a truncate or a rename while open), never partial; directories exact.
  */
+
+/** An emulator serving one bucket (buckets are folders under `root`). */
+export interface CaseBucket {
+  root: string;
+  bucket: string;
+  emulator: Emulator;
+}
+
+export interface CaseMount {
+  path: string;
+  /** The daemon process, when mounted with `foreground`. */
+  daemon: ChildProcess | null;
+}
+
+/** How a caller starts emulators, mounts and unmounts, and owns their clean-up. */
+export interface MountPlumbing {
+  startBucket(bucket: string): Promise<CaseBucket>;
+  mount(req: { tb: CaseBucket; args?: string[]; foreground?: boolean; mountPoint?: string }): Promise<CaseMount>;
+  unmount(path: string): Promise<void>;
+  tempDir(label: string): Promise<string>;
+}
 
 export interface MountCaseOptions {
   seed: number;
@@ -42,13 +59,17 @@ export interface MountCaseResult {
   crash?: string[];
   /** sigkill only: the operation before which the daemon died. */
   killedAt?: number;
-  tb: TestBucket;
+  tb: CaseBucket;
 }
 
 /** Error rates that a daemon must absorb with retries; seeded, so a failure replays. */
 export const FAULT_KNOBS = { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.02, uploadResetRate: 0.05 };
 
-export async function mountDifferentialCase(opts: MountCaseOptions): Promise<MountCaseResult> {
+export async function mountDifferentialCase(plumbing: MountPlumbing, opts: MountCaseOptions): Promise<MountCaseResult> {
+  const startBucket: MountPlumbing['startBucket'] = (bucket) => plumbing.startBucket(bucket);
+  const mount: MountPlumbing['mount'] = (req) => plumbing.mount(req);
+  const unmount: MountPlumbing['unmount'] = (path) => plumbing.unmount(path);
+  const tempDir: MountPlumbing['tempDir'] = (label) => plumbing.tempDir(label);
   const variant = opts.variant ?? 'plain';
   const tb = await startBucket('wdiff');
   if (variant === 'faults') tb.emulator.setKnobs({ ...FAULT_KNOBS, seed: opts.seed });
@@ -110,7 +131,7 @@ export async function mountDifferentialCase(opts: MountCaseOptions): Promise<Mou
  * sees the bucket). A (name, generation) already hashed is not downloaded again: a run checks after
  * every close. Injected faults hit these requests too, so each is retried.
  */
-export function emulatorBucketSnapshot(tb: TestBucket): () => Promise<Record<string, string>> {
+export function emulatorBucketSnapshot(tb: CaseBucket): () => Promise<Record<string, string>> {
   const known = new Map<string, string>();
   const base = `${tb.emulator.url}/storage/v1/b/${encodeURIComponent(tb.bucket)}/o`;
   const once = async (): Promise<Record<string, string>> => {
