@@ -20,6 +20,8 @@
 
 #include "mount.h"
 
+#include <stdbool.h>
+
 #include <malloc.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -62,16 +64,20 @@ static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// The whole `align`-aligned span [*from, *to) inside the ArrayBuffer of argument 0, for madvise; false
-// (a TypeError thrown, naming `fn`) when the argument is not an ArrayBuffer.
+// The whole `align`-aligned span [*from, *to) inside argument 0, an ArrayBuffer or a Uint8Array (N-API
+// has no SharedArrayBuffer: shared memory comes as a view of all of it), for madvise; false (a
+// TypeError thrown, naming `fn`) when the argument is neither.
 static int aligned_span(napi_env env, napi_callback_info info, uintptr_t align, const char *fn, uintptr_t *from, uintptr_t *to) {
   napi_value argv[1];
   args_of(env, info, 1, argv);
   void *data = NULL;
   size_t len = 0;
-  if (napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok) {
+  bool typed = false;
+  napi_typedarray_type type;
+  if (napi_get_arraybuffer_info(env, argv[0], &data, &len) != napi_ok &&
+      !(napi_is_typedarray(env, argv[0], &typed) == napi_ok && typed && napi_get_typedarray_info(env, argv[0], &type, &len, &data, NULL, NULL) == napi_ok && type == napi_uint8_array)) {
     char msg[96];
-    snprintf(msg, sizeof msg, "gcsmount_fuse: %s wants an ArrayBuffer", fn);
+    snprintf(msg, sizeof msg, "gcsmount_fuse: %s wants an ArrayBuffer or a Uint8Array", fn);
     napi_throw_type_error(env, NULL, msg);
     return 0;
   }

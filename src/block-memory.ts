@@ -10,8 +10,8 @@ import { optionalAddon } from './native-addon.js';
  * both do nothing (correct, only costlier).
  */
 interface MemoryAddon {
-  adviseHugePages(memory: ArrayBuffer): number;
-  discardMemory(memory: ArrayBuffer): boolean;
+  adviseHugePages(memory: ArrayBuffer | Uint8Array): number;
+  discardMemory(memory: ArrayBuffer | Uint8Array): boolean;
   trimMalloc?(): boolean;
 }
 
@@ -22,14 +22,17 @@ function load(): MemoryAddon | null {
 
 const addon = load();
 
+/** N-API takes no SharedArrayBuffer (shared block memory, for download workers): a view of all of it instead. */
+const forAddon = (memory: ArrayBufferLike): ArrayBuffer | Uint8Array => (memory instanceof ArrayBuffer ? memory : new Uint8Array(memory));
+
 /** Asks for huge pages over the memory's 2 MiB-aligned part, before it is touched; returns the bytes advised. */
-export function adviseHugePages(memory: ArrayBuffer): number {
-  return addon?.adviseHugePages(memory) ?? 0;
+export function adviseHugePages(memory: ArrayBufferLike): number {
+  return addon?.adviseHugePages(forAddon(memory)) ?? 0;
 }
 
 /** Gives the memory's pages back to the system now; it reads as zeros if touched again. Only for memory nobody holds. */
-export function discardMemory(memory: ArrayBuffer): void {
-  addon?.discardMemory(memory);
+export function discardMemory(memory: ArrayBufferLike): void {
+  addon?.discardMemory(forAddon(memory));
 }
 
 /** V8's full collection, which Node exposes only behind a flag: set here, for a fresh context's `gc`. */

@@ -21,8 +21,9 @@ const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
 let mode: 'honest' | 'shifted' | 'whole' = 'honest';
 let requests = 0;
 
-function client(url: string): HttpObjectClient {
+function client(url: string, downloadWorkers = 0): HttpObjectClient {
   return new HttpObjectClient({
+    downloadWorkers,
     endpoint: { origin: url, custom: true },
     bucket: 'b',
     auth: null,
@@ -80,6 +81,26 @@ describe('range GETs into a caller buffer', () => {
     const c = client(url);
     await expect(c.readRange(VERSION, 5_000, 25_000, Buffer.alloc(20_000))).rejects.toMatchObject({ code: 'CORRUPT' });
     expect(requests).toBe(1); // not retried
+    await c.close();
+  });
+
+  it('on a download worker, fills shared memory the same, and refuses another range the same (the error crosses threads intact)', async () => {
+    const c = client(url, 1);
+    expect(c.workers?.count).toBe(1);
+    const into = Buffer.from(new SharedArrayBuffer(30_000));
+    for (const m of ['honest', 'whole'] as const) {
+      mode = m;
+      requests = 0;
+      into.fill(0xee);
+      const got = await c.readRange(VERSION, 5_000, 25_000, into);
+      expect(got.buffer).toBe(into.buffer);
+      expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+      expect(requests).toBe(1);
+    }
+    mode = 'shifted';
+    requests = 0;
+    await expect(c.readRange(VERSION, 5_000, 25_000, into)).rejects.toMatchObject({ code: 'CORRUPT', name: 'GcsError' });
+    expect(requests).toBe(1);
     await c.close();
   });
 });

@@ -14,8 +14,9 @@ let mode: 'stall-once' | 'silent' = 'stall-once';
 let ranges: string[] = [];
 const hung: ServerResponse[] = [];
 
-function client(url: string, metrics: Metrics, maxRetryDurationMs = 0): HttpObjectClient {
+function client(url: string, metrics: Metrics, maxRetryDurationMs = 0, downloadWorkers = 0): HttpObjectClient {
   return new HttpObjectClient({
+    downloadWorkers,
     endpoint: { origin: url, custom: true },
     bucket: 'b',
     auth: null,
@@ -60,12 +61,14 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     await new Promise<void>((r) => server.close(() => r()));
   });
 
-  it('cuts a silent body and asks for the rest only, keeping the bytes received', async () => {
+  // On a download worker (into shared memory) the worker cuts and the main thread resumes: the same.
+  for (const workers of [0, 1]) {
+  it(`cuts a silent body and asks for the rest only, keeping the bytes received (${workers} download workers)`, async () => {
     mode = 'stall-once';
     ranges = [];
     const metrics = new Metrics();
-    const c = client(url, metrics);
-    const into = Buffer.alloc(OBJECT.length);
+    const c = client(url, metrics, 0, workers);
+    const into = workers > 0 ? Buffer.from(new SharedArrayBuffer(OBJECT.length)) : Buffer.alloc(OBJECT.length);
     const got = await c.readRange({ name: 'o', generation: '1', size: OBJECT.length }, 0, OBJECT.length, into);
     expect(got.equals(OBJECT)).toBe(true);
     expect(ranges.length).toBe(2);
@@ -79,12 +82,13 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     await c.close();
   });
 
-  it('gives up on an endpoint that never answers once --max-retry-duration has passed', async () => {
+  it(`gives up on an endpoint that never answers once --max-retry-duration has passed (${workers} download workers)`, async () => {
     mode = 'silent';
     const metrics = new Metrics();
-    const c = client(url, metrics, 1_000);
+    const c = client(url, metrics, 1_000, workers);
     const t0 = performance.now();
-    await expect(c.readRange({ name: 'o', generation: '1', size: 1000 }, 0, 1000)).rejects.toThrow(/max-retry-duration 1000 ms/);
+    const into = workers > 0 ? Buffer.from(new SharedArrayBuffer(1000)) : undefined;
+    await expect(c.readRange({ name: 'o', generation: '1', size: 1000 }, 0, 1000, into)).rejects.toThrow(/max-retry-duration 1000 ms/);
     await expect(c.statObject('o')).rejects.toThrow(/max-retry-duration/);
     const seconds = (performance.now() - t0) / 1000;
     expect(seconds).toBeGreaterThan(1.9);
@@ -94,4 +98,5 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     expect(metrics.get('gcs_stalls')).toBeGreaterThan(0);
     await c.close();
   });
+  }
 });

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { cpus } from 'node:os';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, catToNull, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, type BenchBucket } from './harness.js';
+import { benchBucket, catToNull, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -25,6 +26,9 @@ async function loadAverage(): Promise<string> {
 interface Sample {
   user: number;
   sys: number;
+  /** Of user + sys, the main (JavaScript) thread's; and the read's wall-clock seconds. */
+  main: number;
+  seconds: number;
   /** CPU of a second, other 1 GiB object read through the same mount right after: no start-up costs. */
   second: number;
 }
@@ -95,8 +99,13 @@ async function measureFloor(b: BenchBucket, object: string, cBinary: string): Pr
  */
 export async function coldCpuScenario(): Promise<string> {
   const b = await benchBucket('cold-cpu-bench');
-  const layers: [string, string][] = [['this build', GCSMOUNT]];
-  if (process.env.GCSMOUNT_BASELINE_BIN) layers.push(['baseline', process.env.GCSMOUNT_BASELINE_BIN]);
+  // The same build with download workers (half the CPUs): what they take off the main thread.
+  const workers = String(Math.max(1, Math.floor(cpus().length / 2)));
+  const layers: [string, string, string[]][] = [
+    ['this build', GCSMOUNT, []],
+    [`this build, --download-workers ${workers}`, GCSMOUNT, ['--download-workers', workers]],
+  ];
+  if (process.env.GCSMOUNT_BASELINE_BIN) layers.push(['baseline', process.env.GCSMOUNT_BASELINE_BIN, []]);
   const samples = new Map<string, Sample[]>();
   const floors: Floor[] = [];
   let dropped = false;
@@ -112,14 +121,16 @@ export async function coldCpuScenario(): Promise<string> {
     for (let r = 0; r < ROUNDS; r++) {
       if (c.binary) floors.push(await measureFloor(b, 'first.bin', c.binary));
       for (const cache of [true, false]) {
-        for (const [layer, bin] of layers) {
-          const m = await mountBench(b, cache ? ['--cache-dir', join(b.dir, `cache-${layer.replace(/\W/g, '')}-${r}`)] : [], bin);
+        for (const [layer, bin, extra] of layers) {
+          const m = await mountBench(b, [...(cache ? ['--cache-dir', join(b.dir, `cache-${layer.replace(/\W/g, '')}-${r}`)] : []), ...extra], bin);
           const pid = await daemonPid(m.path);
           if (!pid) throw new Error('cannot find the daemon');
           dropped = await dropPageCache();
           const c0 = await cpuSplit(pid);
-          await catToNull([join(m.path, 'first.bin')]);
+          const main0 = await threadCpuSeconds(pid);
+          const t = await timed(() => catToNull([join(m.path, 'first.bin')]));
           const c1 = await cpuSplit(pid);
+          const main1 = await threadCpuSeconds(pid);
           await dropPageCache();
           const c1b = await cpuSplit(pid);
           await catToNull([join(m.path, 'second.bin')]);
@@ -127,7 +138,7 @@ export async function coldCpuScenario(): Promise<string> {
           await m.unmount();
           const key = `${layer}\0${cache}`;
           if (!samples.has(key)) samples.set(key, []);
-          samples.get(key)!.push({ user: c1.user - c0.user, sys: c1.sys - c0.sys, second: c2.user + c2.sys - (c1b.user + c1b.sys) });
+          samples.get(key)!.push({ user: c1.user - c0.user, sys: c1.sys - c0.sys, main: main1 - main0, seconds: t.seconds, second: c2.user + c2.sys - (c1b.user + c1b.sys) });
         }
       }
     }
@@ -139,7 +150,8 @@ export async function coldCpuScenario(): Promise<string> {
   const rows = [...samples.entries()].map(([key, s]) => {
     const [layer, cache] = key.split('\0');
     const totals = s.map((x) => x.user + x.sys);
-    return `| ${layer} | ${cache === 'true' ? 'yes' : 'no'} | ${f(median(totals))} | ${f(Math.min(...totals))}-${f(Math.max(...totals))} | ${f(median(s.map((x) => x.user)))} / ${f(median(s.map((x) => x.sys)))} | ${f(median(s.map((x) => x.second)))} | ${f(Math.min(...s.map((x) => x.second)))}-${f(Math.max(...s.map((x) => x.second)))} |`;
+    const mainS = median(s.map((x) => x.main));
+    return `| ${layer} | ${cache === 'true' ? 'yes' : 'no'} | ${f(median(totals))} | ${f(Math.min(...totals))}-${f(Math.max(...totals))} | ${f(median(s.map((x) => x.user)))} / ${f(median(s.map((x) => x.sys)))} | ${f(mainS)} (ceiling ${(1 / mainS).toFixed(1)} GiB/s) | ${(1024 / median(s.map((x) => x.seconds))).toFixed(0)} | ${f(median(s.map((x) => x.second)))} | ${f(Math.min(...s.map((x) => x.second)))}-${f(Math.max(...s.map((x) => x.second)))} |`;
   });
   const floorRows: string[] = [];
   if (floors.length) {
@@ -171,8 +183,8 @@ export async function coldCpuScenario(): Promise<string> {
     `Emulator: 50 ms to first byte, 50 MiB/s per response; gcsmount defaults (4 MiB blocks, 16 range GETs); \`cat\` of a 1 GiB object. ${ROUNDS} rounds, builds in turn within each. Load average before ${loadBefore}, after ${loadAfter}.`,
     `Page cache ${dropped ? 'dropped before each measured read, gcsmount\'s and the floor\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): figures include the host\'s faults on fresh memory'}.`,
     '',
-    '| build | --cache-dir | daemon CPU s, first GiB of a fresh daemon (median) | range | user / sys (median) | CPU s, a second GiB on the same mount (median) | range |',
-    '|---|---|---|---|---|---|---|',
+    '| build | --cache-dir | daemon CPU s, first GiB of a fresh daemon (median) | range | user / sys (median) | of it the main thread (median; 1 / it: the one-mount ceiling) | MiB/s (median) | CPU s, a second GiB on the same mount (median) | range |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...rows,
     ...floorRows,
   ].join('\n');

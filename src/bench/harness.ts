@@ -205,7 +205,19 @@ export async function daemonPid(mountPoint: string): Promise<number | null> {
 
 /** CPU time (user + system) a process has used so far, in seconds. */
 export async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
+  return statCpuSeconds(`/proc/${pid}/stat`);
+}
+
+/**
+ * CPU time (user + system) of one thread of process `pid` so far, in seconds: by default its main
+ * thread (whose id is the pid), the daemon's JavaScript thread, which caps what one mount can do.
+ */
+export async function threadCpuSeconds(pid: number, tid = pid): Promise<number> {
+  return statCpuSeconds(`/proc/${pid}/task/${tid}/stat`);
+}
+
+async function statCpuSeconds(statFile: string): Promise<number> {
+  const stat = await fsp.readFile(statFile, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 per second on Linux).
   return (Number(fields[11]) + Number(fields[12])) / 100;

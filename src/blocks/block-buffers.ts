@@ -24,7 +24,7 @@ export interface BlockData {
  * by itself, so memory follows use within seconds instead of waiting for a whole slab to empty.
  */
 interface Chunk {
-  memory: ArrayBuffer | null;
+  memory: ArrayBufferLike | null;
   buffer: Buffer;
   idleSince: number;
 }
@@ -123,6 +123,8 @@ export interface BlockBuffersConfig {
   poison: boolean;
   /** A free buffer unused for this long is given back to the system. */
   idleTrimMs: number;
+  /** Buffers in shared memory (a SharedArrayBuffer each), which download workers can write into. */
+  shared?: boolean;
   /** Called once the last buffer has gone back, with none lent out: the mount's reads are over for now. */
   onIdle?: () => void;
 }
@@ -219,7 +221,8 @@ export class BlockBuffers {
     if (!this.alignedRefused) {
       try {
         const pages = bytes / WASM_PAGE;
-        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
+        // Shared, for download workers to receive bodies into (range-workers.ts).
+        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared: this.cfg.shared === true }).buffer;
         // Before any page is touched: faults then fill 2 MiB at a time.
         adviseHugePages(memory);
         return { memory, buffer: Buffer.from(memory), idleSince: 0 };

@@ -378,6 +378,17 @@ export const PARAMS = [
 
   // ---------------------------------------------------------------- Downloads
   {
+    flag: 'download-workers',
+    configKey: 'gcsmount.download-workers',
+    type: 'int',
+    default: 0,
+    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) beside the main thread, each with its own connections; 0 (the default for now): all on the main thread. Half the CPUs (1 to 8) suits a big machine',
+    group: 'Downloads',
+    effect: 'effective',
+    min: 0,
+    max: 64,
+  },
+  {
     flag: 'file-cache-enable-parallel-downloads',
     configKey: 'file-cache.enable-parallel-downloads',
     type: 'bool',

@@ -28,6 +28,7 @@ import { requestRateForFlags } from '../gcs/request-rate.js';
 import { DEFAULT_RETRY } from '../gcs/retry.js';
 import { StallTimeout } from '../gcs/stall-timeout.js';
 import { OnceLog, type Logger } from '../observe/logger.js';
+import { trackMainThread } from '../observe/event-loop.js';
 import { Metrics } from '../observe/metrics.js';
 import { NameMapper } from '../namespace/names.js';
 import { Namespace } from '../namespace/namespace.js';
@@ -139,6 +140,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
   const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
   const metrics = new Metrics();
   metrics.addCounterSource('log_lines_lost', lostLogLines);
+  undo.push(trackMainThread(metrics));
   // Listeners first: a port or socket that cannot be had fails the start before anything is mounted.
   const prometheus = v['prometheus-port'] > 0 ? await listenPrometheus(metrics, v['prometheus-port']) : null;
   if (prometheus) {
@@ -184,6 +186,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     log,
     metrics,
   };
+  const downloadWorkers = v['download-workers'];
 
   // A missing bucket or refused credentials fail the mount at once (not retryable); a throttled or
   // briefly failing bucket is retried until --startup-check-timeout, so it slows a start but does not
@@ -207,8 +210,14 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
 
   const disk = openDiskCache(opts, log, metrics);
   if (disk) undo.push(() => disk.close());
-  const client = new HttpObjectClient(clientConfig);
+  const client = new HttpObjectClient({ ...clientConfig, downloadWorkers });
   undo.push(() => client.close());
+  const workers = client.workers;
+  if (workers) {
+    metrics.setGauge('download_workers', () => workers.count);
+    metrics.setGauge('download_workers_in_flight', () => workers.inFlight);
+    metrics.setGauge('download_workers_utilization', () => Math.round(Math.max(0, ...workers.utilizations()) * 100) / 100);
+  }
   const blockSize = v['block-size-mb'] * MIB;
   const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);
   const scheduler = new DownloadScheduler({
@@ -223,6 +232,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
     // Idle memory goes back to the system within seconds; a busy mount reuses its buffers long before.
     idleTrimMs: 2000,
+    // Download workers receive bodies straight into block memory: it must be shared with them.
+    shared: downloadWorkers > 0,
     onIdle: releaseIdleMemory,
   });
   undo.push(() => buffers.close());

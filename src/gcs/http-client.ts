@@ -25,6 +25,7 @@ import type {
 } from './object-client.js';
 import { ObjectWrites } from './object-writes.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
+import { RangeWorkers } from './range-workers.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
 
@@ -66,6 +67,11 @@ export interface HttpClientConfig {
   metrics: Metrics;
   /** Where HTTP_PROXY, HTTPS_PROXY and NO_PROXY are read (and their lowercase forms); default process.env. */
   env?: NodeJS.ProcessEnv;
+  /**
+   * Threads that receive range GETs' bodies into shared block memory (range-workers.ts); 0 or absent:
+   * bodies are received on the calling thread.
+   */
+  downloadWorkers?: number;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -99,6 +105,8 @@ export class HttpObjectClient implements WritableObjectClient {
   private readonly writes: ObjectWrites;
   /** What a range download's body handling borrows: the data pool, and where stalls are told. */
   private readonly media: RangeConnection;
+  /** Download workers, when configured: range GETs into shared memory run there. */
+  readonly workers: RangeWorkers | null;
 
   constructor(private readonly cfg: HttpClientConfig) {
     this.bucket = cfg.bucket;
@@ -117,6 +125,11 @@ export class HttpObjectClient implements WritableObjectClient {
     this.pool = dispatcherFor(this.origin, options(cfg.maxConnections), proxy);
     this.metaPool = cfg.metadata ? dispatcherFor(this.origin, options(cfg.metadata.connections), proxy) : this.pool;
     this.media = { pool: this.pool, origin: this.origin, stall: cfg.stall ?? null, metrics: cfg.metrics, log: cfg.log };
+    // Each worker's pool takes an equal share of the data sockets; the main thread's concurrency limit
+    // still bounds what is in flight across all of them.
+    const workers = cfg.downloadWorkers ?? 0;
+    const share = cfg.maxConnections > 0 ? Math.max(1, Math.ceil(cfg.maxConnections / Math.max(1, workers))) : 0;
+    this.workers = workers > 0 ? new RangeWorkers(workers, { origin: this.origin, poolOptions: options(share), proxy }, this.media) : null;
     if (proxy.httpProxy || proxy.httpsProxy) {
       cfg.log.debug(
         { httpProxy: proxy.httpProxy && redactedProxy(proxy.httpProxy), httpsProxy: proxy.httpsProxy && redactedProxy(proxy.httpsProxy), noProxy: proxy.noProxy },
@@ -149,6 +162,7 @@ export class HttpObjectClient implements WritableObjectClient {
   async close(): Promise<void> {
     this.closing = true;
     this.stopSleeping.abort();
+    await this.workers?.close();
     await this.pool.close();
     if (this.metaPool !== this.pool) await this.metaPool.close();
   }
@@ -204,7 +218,9 @@ export class HttpObjectClient implements WritableObjectClient {
       }
       const got = { bytes: 0 };
       try {
-        await receiveRange(this.media, path, { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' }, start + done, object.size, out.subarray(done), what, limits, got);
+        const rangeHeaders = { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' };
+        if (this.workers) await this.workers.receive(path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got);
+        else await receiveRange(this.media, path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got);
       } finally {
         done += got.bytes;
         this.cfg.metrics.inc('gcs_media_bytes', got.bytes);

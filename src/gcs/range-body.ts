@@ -6,13 +6,16 @@ import { GcsError } from './errors.js';
 import { ERROR_BODY_LIMIT, errorFromStatus } from './responses.js';
 import type { StallTimeout } from './stall-timeout.js';
 
-/** What one range GET is sent through, and where its stalls are observed, counted and logged. */
+/**
+ * What one range GET is sent through, and where its stalls are observed, counted and logged (on a
+ * download worker, recorders whose records the main thread replays: range-workers.ts).
+ */
 export interface RangeConnection {
   pool: Dispatcher;
   origin: string;
-  stall: StallTimeout | null;
-  metrics: Metrics;
-  log: Logger;
+  stall: Pick<StallTimeout, 'observe'> | null;
+  metrics: Pick<Metrics, 'inc'>;
+  log: Pick<Logger, 'warn'>;
 }
 
 /**
@@ -75,6 +78,9 @@ export function receiveRange(conn: RangeConnection, path: string, headers: Recor
           wrongRange = wrongRangeOf(statusCode, resHeaders, start, out.length, objectSize);
         },
         onResponseData: (controller, chunk) => {
+          // Once settled, `out` is the caller's again (a retry's, or another block's once released):
+          // nothing more may land in it.
+          if (settled) return;
           progressed();
           if (wrongRange !== null) {
             // Nothing of it is wanted: end it now rather than download a whole object for nothing.

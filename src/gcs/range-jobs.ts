@@ -1,0 +1,74 @@
+// What crosses between the main thread and a download worker (range-workers.ts, range-worker.ts): one
+// attempt of a range GET out, its outcome back. Plain data only (structured clone); the body's bytes
+// never cross: the worker copies them into the shared block memory the job names.
+import type { Pool } from 'undici';
+import { DeadlineError, StalledError } from './attempt-limits.js';
+import type { ProxySettings } from './dispatcher.js';
+import { GcsError, type GcsErrorCode } from './errors.js';
+
+/** How a worker builds its connection pool: the main client's settings. */
+export interface WorkerSetup {
+  origin: string;
+  poolOptions: Pool.Options;
+  proxy: ProxySettings;
+}
+
+export interface RangeJob {
+  id: number;
+  path: string;
+  headers: Record<string, string>;
+  /** The first byte asked for, and the object's size (a 200 is usable only as the whole object). */
+  start: number;
+  objectSize: number;
+  /** Where the body goes: `length` bytes of `memory` from `offset`. */
+  memory: SharedArrayBuffer;
+  offset: number;
+  length: number;
+  what: string;
+  stallMs: number;
+  /** The retry deadline in milliseconds since the epoch (threads count performance.now() from different origins). */
+  deadlineEpochMs: number;
+}
+
+/** What the attempt did beside its bytes, replayed on the main thread: stall observations, counters, warnings. */
+export type WorkerEvent = ['observe', number] | ['inc', string, number] | ['warn', Record<string, unknown>, string];
+
+export interface SerializedError {
+  kind: 'stalled' | 'deadline' | 'gcs' | 'other';
+  message: string;
+  code?: string;
+  status?: number | null;
+  retryAfterSeconds?: number | null;
+}
+
+export interface RangeReply {
+  id: number;
+  /** Bytes copied into the job's memory (also when it failed part-way: a retry resumes after them). */
+  bytes: number;
+  events: WorkerEvent[];
+  error: SerializedError | null;
+}
+
+export function serializeError(err: unknown): SerializedError {
+  const message = err instanceof Error ? err.message : String(err);
+  if (err instanceof StalledError) return { kind: 'stalled', message };
+  if (err instanceof DeadlineError) return { kind: 'deadline', message };
+  if (err instanceof GcsError) return { kind: 'gcs', message, code: err.code, status: err.status, retryAfterSeconds: err.retryAfterSeconds };
+  const code = (err as { code?: unknown }).code;
+  return { kind: 'other', message, ...(typeof code === 'string' ? { code } : {}) };
+}
+
+/** The error as the retry policy must see it: the same class, code and status as where it was thrown. */
+export function deserializeError(e: SerializedError, what: string): Error {
+  const named = (err: Error): Error => Object.assign(err, { message: e.message });
+  switch (e.kind) {
+    case 'stalled':
+      return named(new StalledError(what, 0));
+    case 'deadline':
+      return named(new DeadlineError(what));
+    case 'gcs':
+      return new GcsError(e.code as GcsErrorCode, e.message, e.status ?? null, e.retryAfterSeconds ?? null);
+    default:
+      return Object.assign(new Error(e.message), e.code !== undefined ? { code: e.code } : {});
+  }
+}

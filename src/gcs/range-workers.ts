@@ -1,0 +1,163 @@
+// Range GETs on worker threads. The main thread keeps the retry policy, the request-rate limiter, the
+// concurrency limit and auth (http-client.ts's withRetry); each attempt's HTTP parsing and body copy run
+// on a worker with a connection pool of its own, straight into the block's shared memory.
+import { performance as mainPerformance, type EventLoopUtilization } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { CounterName } from '../observe/metrics.js';
+import type { AttemptLimits } from './attempt-limits.js';
+import { GcsError } from './errors.js';
+import { receiveRange, type RangeConnection } from './range-body.js';
+import { deserializeError, type RangeJob, type RangeReply, type WorkerSetup } from './range-jobs.js';
+
+// The compiled worker, whether this module runs from dist/ or (under vitest) from src/.
+const WORKER_SCRIPT = fileURLToPath(new URL('../../dist/gcs/range-worker.js', import.meta.url));
+
+interface Slot {
+  worker: Worker;
+  inFlight: number;
+  /** The worker's event-loop use at the last sample, and its utilization over the window before it. */
+  elu: EventLoopUtilization;
+  utilization: number;
+}
+
+interface Pending {
+  slot: Slot;
+  got: { bytes: number };
+  what: string;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+/** How often the workers' utilization is sampled (what `gcsmount stats` shows). */
+const SAMPLE_MS = 2000;
+
+/**
+ * Download workers. receive() is receiveRange's contract: the body of one attempt lands in `out`, and
+ * `got.bytes` says how much did, also when the attempt fails. `out` must lie in shared memory (block
+ * buffers allocated `shared`); any other buffer is received on the calling thread, as without workers.
+ * A worker that dies fails its attempts as transient (the caller retries) and is replaced.
+ */
+export class RangeWorkers {
+  private readonly slots: Slot[] = [];
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private closing = false;
+  private readonly sampler: NodeJS.Timeout;
+
+  constructor(
+    count: number,
+    private readonly setup: WorkerSetup,
+    /** The caller's own connection: buffers not in shared memory, and where workers' events are replayed. */
+    private readonly local: RangeConnection,
+  ) {
+    for (let i = 0; i < count; i++) this.slots.push(this.spawn());
+    this.sampler = setInterval(() => this.sample(), SAMPLE_MS);
+    this.sampler.unref();
+  }
+
+  get count(): number {
+    return this.slots.length;
+  }
+
+  /** Attempts on workers now. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /** Each worker's event-loop utilization (0-1) over the last sample window. */
+  utilizations(): number[] {
+    return this.slots.map((s) => s.utilization);
+  }
+
+  receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
+    const slot = this.pick();
+    if (!(out.buffer instanceof SharedArrayBuffer) || !slot) return receiveRange(this.local, path, headers, start, objectSize, out, what, limits, got);
+    const id = this.nextId++;
+    const job: RangeJob = {
+      id,
+      path,
+      headers,
+      start,
+      objectSize,
+      memory: out.buffer,
+      offset: out.byteOffset,
+      length: out.length,
+      what,
+      stallMs: limits.stallMs,
+      deadlineEpochMs: mainPerformance.timeOrigin + limits.deadlineAt,
+    };
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { slot, got, what, resolve, reject });
+      // A worker with work keeps the process alive; an idle one does not (a tool's process may exit).
+      if (slot.inFlight++ === 0) slot.worker.ref();
+      slot.worker.postMessage(job);
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    clearInterval(this.sampler);
+    const slots = this.slots.splice(0);
+    await Promise.all(slots.map((s) => s.worker.terminate()));
+    for (const [id, p] of this.pending) {
+      this.pending.delete(id);
+      p.reject(new GcsError('CLOSED', `${p.what}: client closed`));
+    }
+  }
+
+  private pick(): Slot | null {
+    let best: Slot | null = null;
+    for (const s of this.slots) if (!best || s.inFlight < best.inFlight) best = s;
+    return this.closing ? null : best;
+  }
+
+  private spawn(): Slot {
+    const worker = new Worker(WORKER_SCRIPT, { workerData: this.setup });
+    worker.unref();
+    const slot: Slot = { worker, inFlight: 0, elu: worker.performance.eventLoopUtilization(), utilization: 0 };
+    worker.on('message', (reply: RangeReply) => this.answered(reply));
+    // Its attempts fail only at 'exit', once the thread is surely gone: until then it may still write.
+    worker.on('error', (err) => this.local.log.warn({ err: err.message }, 'download worker failed'));
+    worker.on('exit', (code) => this.lost(slot, `exited with code ${code}`));
+    return slot;
+  }
+
+  private answered(reply: RangeReply): void {
+    const p = this.pending.get(reply.id);
+    if (!p) return;
+    this.pending.delete(reply.id);
+    if (--p.slot.inFlight === 0) p.slot.worker.unref();
+    p.got.bytes = reply.bytes;
+    for (const e of reply.events) {
+      if (e[0] === 'observe') this.local.stall?.observe(e[1]);
+      else if (e[0] === 'inc') this.local.metrics.inc(e[1] as CounterName, e[2]);
+      else this.local.log.warn(e[1], e[2]);
+    }
+    if (reply.error) p.reject(deserializeError(reply.error, p.what));
+    else p.resolve();
+  }
+
+  /** A worker died: its attempts fail as transient (nothing it wrote counts) and another takes its place. */
+  private lost(slot: Slot, why: string): void {
+    const at = this.slots.indexOf(slot);
+    if (at < 0) return;
+    this.slots.splice(at, 1);
+    for (const [id, p] of this.pending) {
+      if (p.slot !== slot) continue;
+      this.pending.delete(id);
+      p.got.bytes = 0;
+      p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
+    }
+    this.local.log.warn({ why }, 'download worker lost: its downloads are retried, and a new worker started');
+    if (!this.closing) this.slots.push(this.spawn());
+  }
+
+  private sample(): void {
+    for (const s of this.slots) {
+      const now = s.worker.performance.eventLoopUtilization();
+      s.utilization = s.worker.performance.eventLoopUtilization(now, s.elu).utilization;
+      s.elu = now;
+    }
+  }
+}
