@@ -258,15 +258,16 @@ export class BlockSource {
     let adopted = 0;
     for (let i = 0; i * this.blockSize < meta.size; i++) {
       const length = Math.min(this.blockSize, meta.size - i * this.blockSize);
-      const reservation = this.deps.buffers.budget.tryReserve(length, 'prefetch');
-      if (!reservation) break;
+      // A pooled buffer (aligned, with room for the padding): the block file is written with O_DIRECT,
+      // not through the page cache, which here cost 1.5-2 CPU-s per GiB written.
+      const lease = this.deps.buffers.tryLease(length, 'prefetch');
+      if (!lease) break;
       try {
-        const bytes = Buffer.allocUnsafe(length);
-        await read(i * this.blockSize, bytes);
-        await disk.write(this.diskKey(meta, i), bytes);
+        await read(i * this.blockSize, lease.bytes);
+        await disk.write(this.diskKey(meta, i), lease.bytes, lease.directCapacity);
         adopted++;
       } finally {
-        reservation.release();
+        lease.release();
       }
     }
     return adopted;

@@ -8,6 +8,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { PrivateDirError } from '../private-dir.js';
 import { UploadSlots } from '../writes/file-upload.js';
+import { UploadBuffers } from '../writes/upload-buffers.js';
 import { LocalChanges } from '../writes/local-changes.js';
 import { StagingDir } from '../writes/staging.js';
 import { Writes } from '../writes/writes.js';
@@ -45,6 +46,8 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
   const longest = Math.max(0, ...deps.ttls.map((t) => (t.kind === 'forever' ? Number.POSITIVE_INFINITY : t.kind === 'ms' ? t.ms : 0)));
   const changes = new LocalChanges(longest, MAX_LOCAL_CHANGES, (path) => deps.namespace.forget(path));
   const chunkBytes = v['write-block-size-mb'] * MIB;
+  const slots = new UploadSlots(v['write-global-max-blocks'] < 0 ? Number.POSITIVE_INFINITY : Math.max(1, v['write-global-max-blocks']));
+  const buffers = new UploadBuffers(deps.memory, chunkBytes, Math.min(slots.max, 4));
   const writes = new Writes({
     client: deps.client,
     names: deps.names,
@@ -54,12 +57,19 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
     config: { chunkBytes, streaming: v['enable-streaming-writes'], maxChunksAhead: v['write-max-blocks-per-file'] },
     staging,
     blocks: deps.blocks,
-    slots: new UploadSlots(v['write-global-max-blocks'] < 0 ? Number.POSITIVE_INFINITY : Math.max(1, v['write-global-max-blocks'])),
+    slots,
+    buffers,
     memory: deps.memory,
     log: deps.log,
     metrics: deps.metrics,
   });
-  return { writes, close: () => staging.close() };
+  return {
+    writes,
+    close: () => {
+      buffers.close();
+      staging.close();
+    },
+  };
 }
 
 function openStaging(tempDir: string, cacheHome: string | null, log: Logger): StagingDir {

@@ -5,6 +5,7 @@ import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, typ
 import { crc32cBase64 } from '../gcs/uploads.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { UploadBuffers } from './upload-buffers.js';
 
 /** Chunks of resumable uploads in flight mount-wide (--write-global-max-blocks): each holds a chunk of memory. */
 export class UploadSlots {
@@ -35,6 +36,8 @@ export interface UploadDeps {
   client: WritableObjectClient;
   slots: UploadSlots;
   memory: MemoryBudget;
+  /** Chunk memory, reused between requests. */
+  buffers: UploadBuffers;
   metrics: Metrics;
 }
 
@@ -124,14 +127,14 @@ export class FileUpload {
 
   /** One chunk [committed, to): the final one when `finalSize` is given. The finished object, or null to go on. */
   private async sendChunk(to: number, finalSize: number | null): Promise<WrittenObject | null> {
-    const { client, slots, memory, metrics } = this.deps;
+    const { client, slots, buffers, metrics } = this.deps;
     const from = this.committed;
     const length = to - from;
     const release = await slots.take();
-    const reservation = await memory.reserve(length);
+    const buffer = await buffers.take(length);
     try {
       this.session ??= await client.startUpload(this.name, this.opts);
-      const bytes = Buffer.allocUnsafe(length);
+      const bytes = buffer.bytes;
       await readFully(this.file, bytes, from);
       const crc = crc32c(bytes, this.crc);
       const final = finalSize === null ? undefined : { size: finalSize, crc32c: crc32cBase64(crc) };
@@ -153,7 +156,7 @@ export class FileUpload {
         throw err;
       }
     } finally {
-      reservation.release();
+      buffer.release();
       release();
     }
   }
