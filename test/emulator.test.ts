@@ -269,6 +269,39 @@ describe('listing', () => {
     expect(files.map((f) => f.name)).toEqual(['many/f2495', 'many/f2496', 'many/f2497', 'many/f2498', 'many/f2499', 'many/sub1/x', 'many/sub2/deeper/y']);
   });
 
+  it('keeps a listed folder current through its own uploads and deletes, and through changes behind its back', async () => {
+    const names = async (): Promise<string[]> => {
+      const r = await rawJson(`/storage/v1/b/bkt/o?${new URLSearchParams({ prefix: 'grow/', delimiter: '/', fields: 'items(name),prefixes' })}`);
+      return [...(r.body.items ?? []).map((i: { name: string }) => i.name), ...(r.body.prefixes ?? [])].sort(byteOrder);
+    };
+    const expected = new Set<string>();
+    await bucket.file('grow/seed').save('s', { resumable: false });
+    expected.add('grow/seed');
+    expect(await names()).toEqual([...expected].sort(byteOrder));
+    // Listed between changes, so each change patches a cached folder (uploads, replaces, deletes).
+    for (let i = 0; i < 30; i++) {
+      const name = `grow/${['b', 'a', 'c'][i % 3]}${i}`;
+      await bucket.file(name).save(`v${i}`, { resumable: false });
+      expected.add(name);
+      if (i % 4 === 0) await bucket.file(name).save(`again${i}`, { resumable: false });
+      if (i % 5 === 0) {
+        await bucket.file('grow/seed').delete().catch(() => undefined);
+        expected.delete('grow/seed');
+      }
+      expect(await names()).toEqual([...expected].sort(byteOrder));
+    }
+    // Behind its back: a file and a folder added, one removed.
+    await fsp.writeFile(path.join(root, 'bkt', 'grow', 'disk'), 'd');
+    await fsp.mkdir(path.join(root, 'bkt', 'grow', 'sub'));
+    await fsp.writeFile(path.join(root, 'bkt', 'grow', 'sub', 'x'), 'x');
+    await fsp.rm(path.join(root, 'bkt', 'grow', 'a4'));
+    expected.add('grow/disk').add('grow/sub/');
+    expected.delete('grow/a4');
+    expect(await names()).toEqual([...expected].sort(byteOrder));
+    await bucket.file('grow/after').save('x', { resumable: false });
+    expect(await names()).toEqual([...expected.add('grow/after')].sort(byteOrder));
+  });
+
   it('pages with any prefix, delimiter and start/end offsets exactly as a sort of every name says', async () => {
     // The listing walks folders in name order and stops after a page: check it against the plain rule.
     const names = ['off/a', 'off/a-b', 'off/a.0', 'off/a0', 'off/b/x', 'off/b/y/z', 'off/b-', 'off/c', 'off/d/e/f', 'off/d/g', 'off/é', 'off/z'];
