@@ -163,8 +163,11 @@ export class HttpObjectClient implements WritableObjectClient {
     this.closing = true;
     this.stopSleeping.abort();
     await this.workers?.close();
-    await this.pool.close();
-    if (this.metaPool !== this.pool) await this.metaPool.close();
+    // Destroyed, not closed: undici's close() waits for requests in flight, and a stalled prefetch
+    // or a retry under faults would hold a stopping daemon for its whole timeout. Nobody waits for
+    // their answers any more (writes drained before this), and their callers see CLOSED.
+    await this.pool.destroy();
+    if (this.metaPool !== this.pool) await this.metaPool.destroy();
   }
 
   /**
@@ -280,6 +283,7 @@ export class HttpObjectClient implements WritableObjectClient {
     let tokenRefreshed = false;
     let refreshToken = false;
     for (let attempt = 1; ; attempt++) {
+      if (this.closing) throw new GcsError('CLOSED', `${what}: client closed`);
       const grant: RateGrant | null = rate ? await rate.acquire(priority) : null;
       if (grant && grant.waitedMs > 0) {
         metrics.inc('gcs_rate_waits');
