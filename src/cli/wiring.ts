@@ -357,29 +357,46 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     mount,
     metrics,
     async stop() {
-      prefetcher?.close();
-      // Caches close only once the kernel has ended the session: a busy mount is detached and its open
-      // files served until they close (or the grace period runs out, after which requests answer EIO).
-      const graceMs = v['unmount-grace-period'];
-      const outcome = await mount.unmount(graceMs, () =>
-        log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
-      );
-      if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
-      await control.close();
-      await prometheus?.close();
-      // Files closed last are still uploading (and their blocks going into the cache).
-      await writeSide?.writes.drain();
-      writeSide?.close();
-      await disk?.drain();
-      disk?.close();
-      prefetchStore.close();
-      buffers.close();
-      memory.close();
-      await client.close();
-      rate?.close();
-      log.info({ metrics: metrics.snapshot() }, 'final counters');
+      // Node ends a process whose event loop is empty even while it awaits: a stop waiting on a block
+      // index batch (an unref'd timer) or a worker's end would exit silently half-way, its block cache
+      // and final counters never closed or written (seen when stopped during downloads under faults).
+      const alive = setInterval(() => undefined, 1000);
+      try {
+        await stopInOrder();
+      } finally {
+        clearInterval(alive);
+      }
     },
   };
+
+  async function stopInOrder(): Promise<void> {
+    prefetcher?.close();
+    // Caches close only once the kernel has ended the session: a busy mount is detached and its open
+    // files served until they close (or the grace period runs out, after which requests answer EIO).
+    const graceMs = v['unmount-grace-period'];
+    const outcome = await mount.unmount(graceMs, () =>
+      log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
+    );
+    if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
+    log.debug({ outcome }, 'stopping: unmounted');
+    await control.close();
+    await prometheus?.close();
+    // Files closed last are still uploading (and their blocks going into the cache).
+    await writeSide?.writes.drain();
+    writeSide?.close();
+    log.debug('stopping: writes drained');
+    await disk?.drain();
+    disk?.close();
+    log.debug('stopping: block cache closed');
+    prefetchStore.close();
+    buffers.close();
+    memory.close();
+    log.debug('stopping: memory released');
+    await client.close();
+    log.debug('stopping: GCS client closed');
+    rate?.close();
+    log.info({ metrics: metrics.snapshot() }, 'final counters');
+  }
 }
 
 /** What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first. */

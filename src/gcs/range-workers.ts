@@ -29,6 +29,9 @@ interface Pending {
   reject: (err: Error) => void;
 }
 
+/** How long close() waits for a worker's thread to end. */
+const TERMINATE_WAIT_MS = 2000;
+
 /** How often the workers' utilization is sampled (what `gcsmount stats` shows). */
 const SAMPLE_MS = 2000;
 
@@ -99,11 +102,23 @@ export class RangeWorkers {
     this.closing = true;
     clearInterval(this.sampler);
     const slots = this.slots.splice(0);
-    await Promise.all(slots.map((s) => s.worker.terminate()));
+    await Promise.all(slots.map((s) => this.terminate(s)));
     for (const [id, p] of this.pending) {
       this.pending.delete(id);
       p.reject(new GcsError('CLOSED', `${p.what}: client closed`));
     }
+  }
+
+  /**
+   * Ends a worker's thread, waiting for it at most TERMINATE_WAIT_MS: a stopping daemon must not hang on
+   * one (a full-suite run once saw a stop go no further than this); its attempts are failed either way.
+   */
+  private async terminate(slot: Slot): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), TERMINATE_WAIT_MS)));
+    const outcome = await Promise.race([slot.worker.terminate().catch(() => 'failed' as const), late]);
+    clearTimeout(timer);
+    if (outcome === 'late') this.local.log.warn({ waitedMs: TERMINATE_WAIT_MS, inFlight: slot.inFlight }, 'a download worker did not stop in time: going on without it');
   }
 
   private pick(): Slot | null {
