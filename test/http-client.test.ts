@@ -18,7 +18,7 @@ const OBJECT = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 251));
 const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
 
 /** How the fake server answers a ranged GET. */
-let mode: 'honest' | 'shifted' | 'whole' = 'honest';
+let mode: 'honest' | 'shifted' | 'whole' | 'hang' = 'honest';
 let requests = 0;
 
 function client(url: string, downloadWorkers = 0): HttpObjectClient {
@@ -48,6 +48,12 @@ describe('range GETs into a caller buffer', () => {
       if (mode === 'whole') {
         res.writeHead(200, { 'content-length': OBJECT.length });
         res.end(OBJECT);
+        return;
+      }
+      if (mode === 'hang') {
+        // Headers and a first part of the body, then nothing: an attempt that stays in flight.
+        res.writeHead(206, { 'content-range': `bytes ${start}-${end}/${OBJECT.length}`, 'content-length': end - start + 1 });
+        res.write(OBJECT.subarray(start, start + 1000));
         return;
       }
       // A server (or proxy) that answers with the neighbouring range, of the right length.
@@ -102,6 +108,41 @@ describe('range GETs into a caller buffer', () => {
     await expect(c.readRange(VERSION, 5_000, 25_000, into)).rejects.toMatchObject({ code: 'CORRUPT', name: 'GcsError' });
     expect(requests).toBe(1);
     await c.close();
+  });
+  it('a download worker that dies mid-body fails that attempt as transient: it is retried on the worker that replaces it', async () => {
+    const c = client(url, 1);
+    const into = Buffer.from(new SharedArrayBuffer(30_000));
+    mode = 'hang';
+    requests = 0;
+    const read = c.readRange(VERSION, 5_000, 25_000, into);
+    while (requests < 1) await new Promise((r) => setTimeout(r, 10));
+    mode = 'honest';
+    const [slot] = (c.workers as unknown as { slots: Array<{ worker: { terminate(): Promise<number> } }> }).slots;
+    await slot!.worker.terminate();
+    const got = await read;
+    expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+    expect(requests).toBe(2);
+    expect(c.workers?.count).toBe(1);
+    await c.close();
+  });
+
+  it('close() ends requests in flight at once (CLOSED), on the main thread and on a worker', async () => {
+    for (const workers of [0, 1]) {
+      const c = client(url, workers);
+      const into = workers ? Buffer.from(new SharedArrayBuffer(30_000)) : Buffer.alloc(30_000);
+      mode = 'hang';
+      requests = 0;
+      const read = c.readRange(VERSION, 5_000, 25_000, into);
+      const outcome = read.then(() => 'read', (err: { code?: string }) => err.code);
+      while (requests < 1) await new Promise((r) => setTimeout(r, 10));
+      const t0 = performance.now();
+      await c.close();
+      expect(await outcome).toBe('CLOSED');
+      // The client's timeout is 5 s: close() did not wait for it.
+      expect(performance.now() - t0).toBeLessThan(2_000);
+      expect(requests).toBe(1);
+    }
+    mode = 'honest';
   });
 });
 

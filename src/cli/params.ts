@@ -53,6 +53,12 @@ export interface Param {
 const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(16, 2 * availableParallelism());
 
 /**
+ * Half the CPUs, at most 8 (a worker receives well over 1 GiB/s; the main thread's serial work is the cap
+ * past that), and none on a 1-CPU machine, where a second thread would only take turns with the first.
+ */
+export const DEFAULT_DOWNLOAD_WORKERS = Math.min(8, Math.floor(availableParallelism() / 2));
+
+/**
  * One eighth of the machine's RAM, at least 256 MiB and at most 4 GiB: room for a hundred readers' blocks
  * and the downloads in flight with the default block size, and a small share of a big machine, whose
  * memory belongs to the pipeline reading through the mount.
@@ -381,8 +387,8 @@ export const PARAMS = [
     flag: 'download-workers',
     configKey: 'gcsmount.download-workers',
     type: 'int',
-    default: 0,
-    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) beside the main thread, each with its own connections; 0 (the default for now): all on the main thread. Half the CPUs (1 to 8) suits a big machine',
+    default: DEFAULT_DOWNLOAD_WORKERS,
+    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) beside the main thread, each with its own connections (default: half the CPUs, at most 8); 0: all on the main thread',
     group: 'Downloads',
     effect: 'effective',
     min: 0,
