@@ -118,6 +118,15 @@ print(os.readlink(os.path.join(d,'moved')), os.path.lexists(os.path.join(d,'mine
     expect(await resource(tb, 'data/real.txt')).not.toBeNull();
   });
 
+  it('ln -s is one upload request (a multipart upload of the empty object, nothing else written)', async () => {
+    const before = tb.emulator.stats().requests;
+    await py(`import os,sys; os.symlink('real.txt', sys.argv[1])`, join(m.path, 'data/counted'));
+    const after = tb.emulator.stats().requests;
+    expect(after.upload - before.upload).toBe(1);
+    for (const k of ['patch', 'copy', 'compose', 'move', 'delete'] as const) expect(after[k] - before[k]).toBe(0);
+    expect(await resource(tb, 'data/counted')).toMatchObject({ size: '0', metadata: { gcsfuse_symlink_target: 'real.txt' } });
+  });
+
   it('a new mount reads the links gcsmount made', async () => {
     await py(`import os,sys; os.symlink('/an/absolute/target', sys.argv[1])`, join(m.path, 'abs'));
     const fresh = await mount({ tb, args: ['-o', 'ro'] });

@@ -158,6 +158,8 @@ export interface OpContext {
   /** The file a read handle reads instead of its object, once that went (unlinked, replaced): ReadOps'. */
   orphanOf: (fh: number) => WriteState | undefined;
   fail(a: Answer, path: string, err: unknown, errno: number): void;
+  /** What is at `path` now: a file open for writing or a local change as this mount made it, else the namespace's answer. */
+  entryOf(path: string): Promise<Entry | null>;
   /** Records what the kernel was told about inode `ino` (and for how long it may hold a file's size). */
   told(ino: number, path: string, entry: Entry, node?: InodeNode): void;
 }
@@ -174,6 +176,7 @@ function createContext(deps: OperationDeps): OpContext {
     writes,
     writeOps: null,
     orphanOf: () => undefined,
+    entryOf: (path) => (writes ? writes.entryOf(path) : deps.namespace.lookup(path)),
     fail: (a, path, err, errno) => {
       metrics.inc('fuse_errors');
       if (errno !== Errno.ENOENT) log.warn({ op: a.op, path, err: err instanceof Error ? err.message : String(err) }, `${a.op} failed`);

@@ -55,7 +55,7 @@ export class EntryOps {
     if (written) return answer({ kind: 'file', meta: written.meta() });
     const pinned = handles.pinned(path);
     if (pinned) return answer({ kind: 'file', meta: pinned });
-    (writes ? writes.entryOf(path) : deps.namespace.lookup(path)).then(answer, (err) => this.ctx.fail(a, path, err, errnoFor(err)));
+    this.ctx.entryOf(path).then(answer, (err) => this.ctx.fail(a, path, err, errnoFor(err)));
   }
 
   /** The kernel gives back `count` lookups of inode `ino` (FORGET takes no answer). */
@@ -88,11 +88,11 @@ export class EntryOps {
    * bytes (read once per READLINK; the kernel asks at each path walk through the link).
    */
   readlink(a: Answer, ino: number): void {
-    const { inodes, deps } = this.ctx;
+    const { inodes } = this.ctx;
     const path = inodes.path(ino);
     if (path === undefined) return a.error(Errno.ESTALE);
-    const writes = this.ctx.writes;
-    (writes ? writes.entryOf(path) : deps.namespace.lookup(path))
+    this.ctx
+      .entryOf(path)
       .then(async (entry) => {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind !== 'file' || entry.meta.symlinkTarget === undefined) return a.error(Errno.EINVAL);
@@ -145,8 +145,7 @@ export class EntryOps {
 
   /** A path's attributes as the kernel must see them: an open file's pinned generation wins. */
   private attributesOf(ino: number, path: string): Promise<Attr | null> {
-    const writes = this.ctx.writes;
-    return (writes ? writes.entryOf(path) : this.ctx.deps.namespace.lookup(path)).then((entry) => {
+    return this.ctx.entryOf(path).then((entry) => {
       if (!entry) return null;
       // A handle opened while the lookup ran pins the path: answer with its generation, not the new one.
       return this.shown(ino, path, entry);

@@ -35,7 +35,7 @@ export class ReadOps {
     const writing = (flags & O_ACCMODE) !== constants.O_RDONLY || (flags & constants.O_TRUNC) !== 0;
     if (this.ctx.writeOps && (writing || this.ctx.writes?.stateOf(path))) return this.ctx.writeOps.open(a, ino, flags);
     if (writing) return a.error(Errno.EROFS);
-    (this.ctx.writes ? this.ctx.writes.entryOf(path) : deps.namespace.lookup(path)).then(
+    this.ctx.entryOf(path).then(
       (entry) => {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
