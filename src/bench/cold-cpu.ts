@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { cpus } from 'node:os';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
+import { DEFAULT_DOWNLOAD_WORKERS } from '../cli/params.js';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
 import { benchBucket, catToNull, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
@@ -11,6 +11,7 @@ const ROUNDS = 3;
 /** gcsmount's defaults, which the floor's download copies: 4 MiB blocks, 16 range GETs at a time. */
 const BLOCK = 4 * MIB;
 const STREAMS = 16;
+const DEFAULT_LAYER = `this build (default: --download-workers ${DEFAULT_DOWNLOAD_WORKERS})`;
 
 /** User and system CPU time of a process so far, in seconds (proc(5) fields 14 and 15). */
 async function cpuSplit(pid: number): Promise<{ user: number; sys: number }> {
@@ -99,11 +100,10 @@ async function measureFloor(b: BenchBucket, object: string, cBinary: string): Pr
  */
 export async function coldCpuScenario(): Promise<string> {
   const b = await benchBucket('cold-cpu-bench');
-  // The same build with download workers (half the CPUs): what they take off the main thread.
-  const workers = String(Math.max(1, Math.floor(cpus().length / 2)));
+  // The same build with and without download workers: what they take off the main thread.
   const layers: [string, string, string[]][] = [
-    ['this build', GCSMOUNT, []],
-    [`this build, --download-workers ${workers}`, GCSMOUNT, ['--download-workers', workers]],
+    [DEFAULT_LAYER, GCSMOUNT, []],
+    ['this build, --download-workers 0', GCSMOUNT, ['--download-workers', '0']],
   ];
   if (process.env.GCSMOUNT_BASELINE_BIN) layers.push(['baseline', process.env.GCSMOUNT_BASELINE_BIN, []]);
   const samples = new Map<string, Sample[]>();
@@ -111,6 +111,7 @@ export async function coldCpuScenario(): Promise<string> {
   let dropped = false;
   const loadBefore = await loadAverage();
   let floorNote = '';
+  let perFile: string[] = [];
   try {
     const dir = join(b.root, b.bucket);
     for (const name of ['first.bin', 'second.bin']) await sh('dd', ['if=/dev/urandom', `of=${join(dir, name)}`, 'bs=1M', 'count=1024', 'status=none']);
@@ -142,6 +143,7 @@ export async function coldCpuScenario(): Promise<string> {
         }
       }
     }
+    perFile = await perFileCpu(b, layers);
   } finally {
     await cleanup(b);
   }
@@ -160,7 +162,7 @@ export async function coldCpuScenario(): Promise<string> {
       return `| ${name} | ${f(median(xs))} | ${f(Math.min(...xs))}-${f(Math.max(...xs))} |`;
     };
     const total = (x: Floor) => x.download + x.disk + x.fuse + x.crc;
-    const ours = (cache: boolean, pick: (s: Sample) => number) => median((samples.get(`this build\0${cache}`) ?? []).map(pick));
+    const ours = (cache: boolean, pick: (s: Sample) => number) => median((samples.get(`${DEFAULT_LAYER}\0${cache}`) ?? []).map(pick));
     const floorTotal = median(floors.map(total));
     const noDisk = median(floors.map((x) => x.download + x.fuse + x.crc));
     floorRows.push(
@@ -187,5 +189,50 @@ export async function coldCpuScenario(): Promise<string> {
     '|---|---|---|---|---|---|---|---|---|',
     ...rows,
     ...floorRows,
+    ...perFile,
   ].join('\n');
+}
+
+const FILES = 1000;
+const READERS = 16;
+
+/**
+ * The per-file costs (#30): 1,000 cold 1 MiB files (whole-object GETs, as Zarr chunks are read) by 16
+ * readers at once (`xargs -P16 cat`), on a fresh mount with a cache dir after the folder was listed;
+ * the main thread's CPU per 1,000 files is what caps a cold Zarr load.
+ */
+async function perFileCpu(b: BenchBucket, layers: [string, string, string[]][]): Promise<string[]> {
+  const dir = join(b.root, b.bucket, 'chunks');
+  await fsp.mkdir(dir, { recursive: true });
+  for (let i = 0; i < FILES; i++) await fsp.writeFile(join(dir, `c${i}`), randomBytes(MIB));
+  await b.emulator.setKnobs({ latencyMs: 0, bandwidthBytesPerSec: 0 });
+  const got = new Map<string, { main: number; total: number; perSec: number }[]>();
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [layer, bin, extra] of layers) {
+      const m = await mountBench(b, ['--cache-dir', join(b.dir, `files-${layer.replace(/\W/g, '')}-${r}`), ...extra], bin);
+      const pid = await daemonPid(m.path);
+      if (!pid) throw new Error('cannot find the daemon');
+      await sh('ls', [join(m.path, 'chunks')]);
+      await dropPageCache();
+      const [main0, c0] = [await threadCpuSeconds(pid), await cpuSplit(pid)];
+      const t = await timed(() => sh('sh', ['-c', `cd ${join(m.path, 'chunks')} && ls | xargs -P${READERS} -I{} cat {} > /dev/null`]));
+      if (t.result.code !== 0) throw new Error(`readers failed: ${t.result.stderr}`);
+      const [main1, c1] = [await threadCpuSeconds(pid), await cpuSplit(pid)];
+      await m.unmount();
+      if (!got.has(layer)) got.set(layer, []);
+      got.get(layer)!.push({ main: main1 - main0, total: c1.user + c1.sys - c0.user - c0.sys, perSec: FILES / t.seconds });
+    }
+  }
+  const f = (x: number) => x.toFixed(2);
+  return [
+    '',
+    `Per-file costs: ${FILES} cold 1 MiB files read whole by ${READERS} readers at once (\`ls | xargs -P${READERS} -I{} cat {}\`), emulator without latency, a fresh mount and cache dir, the folder listed first; ${ROUNDS} rounds:`,
+    '',
+    '| build | main thread CPU s per 1,000 files (median) | range | 1 / it: files/s one mount can reach | daemon CPU s per 1,000 files | files/s here |',
+    '|---|---|---|---|---|---|',
+    ...[...got.entries()].map(([layer, xs]) => {
+      const main = xs.map((x) => x.main);
+      return `| ${layer} | ${f(median(main))} | ${f(Math.min(...main))}-${f(Math.max(...main))} | ${(FILES / median(main)).toFixed(0)} | ${f(median(xs.map((x) => x.total)))} | ${median(xs.map((x) => x.perSec)).toFixed(0)} |`;
+    }),
+  ];
 }
