@@ -162,8 +162,10 @@ export class HttpObjectClient implements WritableObjectClient {
   async close(): Promise<void> {
     this.closing = true;
     this.stopSleeping.abort();
-    await this.workers?.close();
-    this.cfg.log.debug('stopping: download workers ended');
+    if (this.workers) {
+      await this.workers.close();
+      this.cfg.log.debug('stopping: download workers ended');
+    }
     // Destroyed, not closed: undici's close() waits for requests in flight, and a stalled prefetch
     // or a retry under faults would hold a stopping daemon for its whole timeout. Nobody waits for
     // their answers any more (writes drained before this), and their callers see CLOSED.
