@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_DOWNLOAD_WORKERS } from '../cli/params.js';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, catToNull, cleanup, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
+import { benchBucket, catToNull, cleanup, cpuSplit, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -12,13 +12,6 @@ const ROUNDS = 3;
 const BLOCK = 4 * MIB;
 const STREAMS = 16;
 const DEFAULT_LAYER = `this build (default: --download-workers ${DEFAULT_DOWNLOAD_WORKERS})`;
-
-/** User and system CPU time of a process so far, in seconds (proc(5) fields 14 and 15). */
-async function cpuSplit(pid: number): Promise<{ user: number; sys: number }> {
-  const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(fields[11]) / 100, sys: Number(fields[12]) / 100 };
-}
 
 async function loadAverage(): Promise<string> {
   return (await fsp.readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ');

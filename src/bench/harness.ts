@@ -217,10 +217,20 @@ export async function threadCpuSeconds(pid: number, tid = pid): Promise<number> 
 }
 
 async function statCpuSeconds(statFile: string): Promise<number> {
+  const { user, sys } = await statCpuSplit(statFile);
+  return user + sys;
+}
+
+/** User and system CPU time of a process so far, in seconds, apart. */
+export function cpuSplit(pid: number): Promise<{ user: number; sys: number }> {
+  return statCpuSplit(`/proc/${pid}/stat`);
+}
+
+async function statCpuSplit(statFile: string): Promise<{ user: number; sys: number }> {
   const stat = await fsp.readFile(statFile, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 per second on Linux).
-  return (Number(fields[11]) + Number(fields[12])) / 100;
+  return { user: Number(fields[11]) / 100, sys: Number(fields[12]) / 100 };
 }
 
 /** Peak resident memory of a process so far, in MiB. */
