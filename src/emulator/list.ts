@@ -1,7 +1,7 @@
 // objects.list semantics: prefix/delimiter collapsing, start/end offsets, and paging in name order.
 import { allNamesBelow, compareNames } from './names.js';
 import { join } from 'node:path';
-import type { DirDecision, SortedEntry, Store } from './store.js';
+import { firstKeyAtOrAfter, type DirDecision, type SortedEntry, type Store } from './store.js';
 
 export interface ListQuery {
   prefix: string;
@@ -179,13 +179,7 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
 function firstAtOrAfter(entries: readonly SortedEntry[], rel: string, lower: string): number {
   if (compareNames(rel, lower) >= 0 || !lower.startsWith(rel)) return compareNames(rel, lower) >= 0 ? 0 : entries.length;
   const want = lower.slice(rel.length);
-  let lo = 0;
-  let hi = entries.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (compareNames(entries[mid]!.key, want) < 0) lo = mid + 1;
-    else hi = mid;
-  }
+  const lo = firstKeyAtOrAfter(entries, want);
   const before = entries[lo - 1];
   return before && before.key.endsWith('/') && want.startsWith(before.key) ? lo - 1 : lo;
 }

@@ -420,6 +420,18 @@ export class Store {
   }
 }
 
+/** Index of the first sorted entry whose key is at or after `key` (entries.length if none). */
+export function firstKeyAtOrAfter(entries: readonly SortedEntry[], key: string): number {
+  let lo = 0;
+  let hi = entries.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareNames(entries[mid]!.key, key) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** What says a folder's entries are the ones read: any added, removed or renamed entry changes it. */
 function folderStamp(st: BigIntStats): string {
   return `${st.dev}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}:${st.size}`;
@@ -432,13 +444,7 @@ function stampSync(dir: string): string | null {
 
 /** Sorted entries with the regular file `name` present (added) or absent: a new array, as listings in progress hold the old one. */
 function withFile(entries: readonly SortedEntry[], name: string, added: boolean): readonly SortedEntry[] {
-  let lo = 0;
-  let hi = entries.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (compareNames(entries[mid]!.key, name) < 0) lo = mid + 1;
-    else hi = mid;
-  }
+  const lo = firstKeyAtOrAfter(entries, name);
   const found = lo < entries.length && entries[lo]!.key === name;
   const next = entries.slice();
   if (added) next.splice(lo, found ? 1 : 0, { name, key: name, kind: 'file', link: false });

@@ -32,10 +32,7 @@ async function run(job: RangeJob): Promise<RangeReply> {
   }
 }
 
-port.on('message', (msg: RangeJob | 'close') => {
-  if (msg === 'close') {
-    void pool.close().finally(() => port.close());
-    return;
-  }
-  void run(msg).then((reply) => port.postMessage(reply));
+// The main thread ends a worker with terminate(): no message asks it to stop.
+port.on('message', (job: RangeJob) => {
+  void run(job).then((reply) => port.postMessage(reply));
 });
