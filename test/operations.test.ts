@@ -195,6 +195,9 @@ describe('operating a mount', () => {
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', logDir])).code).toBe(0);
     try {
       const m = await mount({ tb, foreground: true, logFile: join(logDir, 'gcsmount.log') });
+      // The mount shows a moment before the daemon logs "mounted" (longer while download workers load):
+      // a start-up line written after the padding below would leave room on the log's last page.
+      await eventually(async () => (await fsp.readFile(m.logFile, 'utf8')).includes('"msg":"mounted"'));
       // Full to the last byte: the log's own last page padded with blank lines, then a file over the rest.
       const pad = 4096 - ((await fsp.stat(m.logFile)).size % 4096);
       await fsp.appendFile(m.logFile, '\n'.repeat(pad));
