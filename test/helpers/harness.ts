@@ -18,14 +18,18 @@ export interface RunResult {
   code: number;
   stdout: string;
   stderr: string;
+  /** How it ended when not by exit(0): the exit code, or the signal that killed it (a timeout's too). */
+  how?: string;
 }
 
 /** Runs a command without a shell, asynchronously, never throwing on a non-zero exit. */
 export function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; encoding?: 'utf8' } = {}): Promise<RunResult> {
   return new Promise((done) => {
     execFile(cmd, args, { env: opts.env ?? process.env, timeout: opts.timeoutMs ?? 60_000, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
-      done({ code, stdout: String(stdout), stderr: String(stderr) });
+      const failed = err as (Error & { code?: unknown; signal?: unknown; killed?: boolean }) | null;
+      const code = failed ? (typeof failed.code === 'number' ? failed.code : 1) : 0;
+      const how = failed ? `code ${String(failed.code)}, signal ${String(failed.signal)}${failed.killed ? ', killed' : ''}` : undefined;
+      done({ code, stdout: String(stdout), stderr: String(stderr), how });
     });
   });
 }
@@ -153,7 +157,7 @@ async function removeTempDirs(): Promise<void> {
 
 export async function sha256Of(path: string): Promise<string> {
   const r = await run('sha256sum', [path]);
-  if (r.code !== 0) throw new Error(`sha256sum ${path}: ${r.stderr}`);
+  if (r.code !== 0) throw new Error(`sha256sum ${path} (${r.how}): ${r.stderr}`);
   return r.stdout.split(' ')[0]!;
 }
 
