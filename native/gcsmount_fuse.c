@@ -15,6 +15,7 @@
 
 // Files: mount.h (the mount and what the files share), ll_ops.c (the operations, forwarding requests),
 // session.c (mounting, the receive and notify threads, invalidations), replies.c (the reply functions),
+// reply_later.c (large read replies sent from a pool thread),
 // native_path.c (JavaScript's side of the native read path, block_reads.c), crc32c.c; this file: the
 // module's exports and the process-wide helpers (file limit, memory advice).
 
@@ -131,7 +132,7 @@ static int process_exports(napi_env env, napi_value exports) {
 }
 
 static napi_value init(napi_env env, napi_value exports) {
-  if (!session_exports(env, exports) || !replies_exports(env, exports) || !native_path_exports(env, exports) || !process_exports(env, exports)) return NULL;
+  if (!session_exports(env, exports) || !replies_exports(env, exports) || !reply_later_exports(env, exports) || !native_path_exports(env, exports) || !process_exports(env, exports)) return NULL;
   return exports;
 }
 

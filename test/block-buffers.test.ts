@@ -347,7 +347,8 @@ describe('a handle reader sharing pooled blocks', () => {
     expect(await first).toBe(4096);
     await tick();
     const v = reader.view(8192, 4096)!;
-    expect(v.equals(content.subarray(8192, 8192 + 4096))).toBe(true);
+    expect(v.bytes.equals(content.subarray(8192, 8192 + 4096))).toBe(true);
+    v.release();
     expect(reader.view(BLOCK - 10, 20)).toBeNull(); // spans blocks 0 and 1: read copies it
     // The object's last bytes: clamped to its size.
     const last = reader.read(meta.size - 1000, Buffer.alloc(4096));
@@ -356,8 +357,9 @@ describe('a handle reader sharing pooled blocks', () => {
     expect(await last).toBe(1000);
     await tick();
     const tail = reader.view(meta.size - 500, 4096)!;
-    expect(tail.length).toBe(500);
-    expect(tail.equals(content.subarray(meta.size - 500, meta.size))).toBe(true);
+    expect(tail.bytes.length).toBe(500);
+    expect(tail.bytes.equals(content.subarray(meta.size - 500, meta.size))).toBe(true);
+    tail.release();
     // A block still on its way: a view once it is here, held until released (poisoned after).
     expect(reader.viewLater(3 * BLOCK - 10, 20)).toBeNull(); // spans blocks 2 and 3
     const later = reader.viewLater(3 * BLOCK + 100, 4096)!;

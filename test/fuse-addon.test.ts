@@ -69,6 +69,57 @@ describe('the FUSE addon', () => {
     expect(() => fuse.replyErr(held[2]!, 2)).toThrow(/answered twice/);
   });
 
+  it('sends a read reply from a pool thread, calls back once the kernel has it, and refuses a second answer', async () => {
+    const fuse = loadFuse();
+    const mnt = await tempDir('later');
+    const SIZE = 3 * 1024 * 1024 + 123;
+    const data = Buffer.alloc(SIZE);
+    for (let i = 0; i + 4 <= SIZE; i += 4) data.writeUInt32LE(i * 2654435761 >>> 0, i);
+    let sent = 0;
+    let queued = 0;
+    let refused = 0;
+    let exited!: () => void;
+    const ended = new Promise<void>((r) => (exited = r));
+    const file = [2, 0o100644, 1, 0, 0, SIZE, 0];
+    fuse.mount(
+      mnt,
+      ['-o', 'ro,fsname=later-test,subtype=gcsmount'],
+      (op, req, ino, _fh, off, size) => {
+        if (op === OP.EXITED) return exited();
+        if (!req) return;
+        if (op === OP.GETATTR) return fuse.replyAttr(req, ino === 1 ? [1, 0o040755, 2, 0, 0, 4096, 0] : file, 0);
+        if (op === OP.LOOKUP) return void fuse.replyEntry(req, file, 0, 0);
+        if (op === OP.OPEN) return void fuse.replyOpen(req, 7, 4 /* direct_io: each read reaches us */);
+        if (op === OP.RELEASE) return fuse.replyErr(req, 0);
+        if (op === OP.READ) {
+          const bytes = data.subarray(Math.min(SIZE, off!), Math.min(SIZE, off! + size!));
+          queued++;
+          fuse.replyBufLater(req, bytes, bytes.length, () => sent++);
+          try {
+            fuse.replyErr(req, 5);
+          } catch {
+            refused++;
+          }
+          return;
+        }
+        fuse.replyErr(req, 38);
+      },
+      { maxBackground: 16, congestionThreshold: 12, parallelDirops: true },
+    );
+    dir = mnt;
+    const copy = join(await tempDir('later-copy'), 'f');
+    const r = await run('dd', [`if=${join(mnt, 'f')}`, `of=${copy}`, 'bs=256k']);
+    expect(r.code, r.stderr).toBe(0);
+    expect((await fsp.readFile(copy)).equals(data)).toBe(true);
+    // Every reply was queued, refused a second answer, and called back once sent.
+    expect(queued).toBeGreaterThanOrEqual(Math.ceil(SIZE / (256 * 1024)));
+    expect(refused).toBe(queued);
+    await eventually(async () => sent === queued);
+    // The session still ends cleanly once the mount goes.
+    await run('fusermount3', ['-u', mnt]);
+    await ended;
+  });
+
   it('gives libfuse a mount name holding commas and backslashes as the name, never as mount options', async () => {
     // A bucket name goes into fsname=; GCS refuses commas in one, but a custom endpoint need not.
     const fuse = loadFuse();

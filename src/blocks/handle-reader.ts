@@ -114,13 +114,13 @@ export class HandleReader {
   }
 
   /**
-   * The bytes [pos, pos + length) as a view into a block this handle already holds, or null when they
-   * span blocks or have not arrived (then `read` copies them). Valid only until the next call on this
-   * handle: for a reply the kernel copies out before anything else runs, it saves the copy.
+   * The bytes [pos, pos + length) as a view into a block this handle already holds, with a reference to
+   * release once done with them (a reply the kernel copies from, maybe on another thread); null when they
+   * span blocks or have not arrived (then `read` copies them).
    */
-  view(pos: number, length: number): Buffer | null {
+  view(pos: number, length: number): { bytes: Buffer; release(): void } | null {
     const end = Math.min(this.meta.size, pos + length);
-    if (pos >= end) return Buffer.alloc(0);
+    if (pos >= end) return { bytes: Buffer.alloc(0), release: () => undefined };
     const bs = this.source.blockSize;
     const first = Math.floor(pos / bs);
     const data = this.held.get(first)?.value;
@@ -130,7 +130,8 @@ export class HandleReader {
     if (this.held.get(first)?.value !== data) return null;
     const from = pos - first * bs;
     if (from + (end - pos) > data.bytes.length) return null;
-    return data.bytes.subarray(from, from + (end - pos));
+    const ref = data.retain();
+    return { bytes: ref.bytes.subarray(from, from + (end - pos)), release: () => ref.release() };
   }
 
   /**

@@ -116,6 +116,11 @@ export interface FuseAddon {
   /** The kernel copies the first `length` bytes straight from the Buffer's memory. */
   replyBuf(req: FuseRequest, data: Buffer, length: number): void;
   /**
+   * As replyBuf, the kernel copying on a libuv pool thread instead of this one; `sent` is called here once
+   * it has (or refused) the bytes. Until then the Buffer's bytes must stay as they are.
+   */
+  replyBufLater(req: FuseRequest, data: Buffer, length: number, sent: () => void): void;
+  /**
    * Sends entries from index `start` that fit in `size` bytes (entry i has offset i + 1, file type bits
    * types[i]); returns how many.
    */

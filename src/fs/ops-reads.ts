@@ -10,7 +10,7 @@ import type { WriteState } from '../writes/write-state.js';
 /** Linux's O_ACCMODE: node:fs does not export it. */
 const O_ACCMODE = 3;
 
-/** Read buffers kept for reuse: the kernel copies a reply out before replyBuf returns. */
+/** Read buffers kept for reuse: each goes back to the pool once the kernel has copied its reply out. */
 const POOLED_BUFFER_BYTES = 1024 * 1024;
 const MAX_POOLED_BUFFERS = 64;
 
@@ -98,8 +98,8 @@ export class ReadOps {
     // Within one block that is here already: the kernel copies straight out of the block's memory.
     const view = reader.view(pos, size);
     if (view) {
-      deps.metrics.inc('fuse_read_bytes', view.length);
-      return a.buf(view, view.length);
+      deps.metrics.inc('fuse_read_bytes', view.bytes.length);
+      return a.bufThen(view.bytes, view.bytes.length, view.release);
     }
     // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
     // or this handle is already fetching them: a cold reader's blocks are held before they arrive; or a
@@ -127,12 +127,8 @@ export class ReadOps {
     }
     if (later) {
       later.then((v) => {
-        try {
-          deps.metrics.inc('fuse_read_bytes', v.bytes.length);
-          a.buf(v.bytes, v.bytes.length);
-        } finally {
-          v.release();
-        }
+        deps.metrics.inc('fuse_read_bytes', v.bytes.length);
+        a.bufThen(v.bytes, v.bytes.length, v.release);
       }, failed);
       return;
     }
@@ -192,8 +188,7 @@ export class ReadOps {
     };
     const done = (n: number): void => {
       this.ctx.deps.metrics.inc('fuse_read_bytes', n);
-      a.buf(buf, n);
-      giveBack();
+      a.bufThen(buf, n, giveBack);
     };
     const readFailed = (err: unknown): void => {
       giveBack();
