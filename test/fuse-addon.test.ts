@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { FuseMount } from '../src/fs/mount.js';
-import { loadFuse, OP, type FuseRequest } from '../src/fs/kernel.js';
+import { loadFuse, OP, type Attr, type FuseRequest } from '../src/fs/kernel.js';
 import { cleanupAll, eventually, run, tempDir } from './helpers/harness.js';
 
 /**
@@ -80,7 +80,7 @@ describe('the FUSE addon', () => {
     let refused = 0;
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
-    const file = [2, 0o100644, 1, 0, 0, SIZE, 0];
+    const file: Attr = [2, 0o100644, 1, 0, 0, SIZE, 0];
     fuse.mount(
       mnt,
       ['-o', 'ro,fsname=later-test,subtype=gcsmount'],
