@@ -44,6 +44,7 @@ export class ReadOps {
         // reach it at the offset the reader asked, so neither the native side nor the kernel's page cache
         // and readahead (which sends whole aligned megabytes, neighbours included) answers for it, and the
         // handle reads nothing ahead (a block past one inner chunk is a guess the prefetcher makes better).
+        deps.prefetcher?.opening(path, meta);
         const followed = deps.prefetcher?.followsReads(meta) ?? false;
         const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0 } : deps.reader);
         const fh = handles.add(path, reader);

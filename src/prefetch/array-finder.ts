@@ -34,6 +34,8 @@ type Consolidated = Record<string, unknown>;
  */
 export class ArrayFinder<T> {
   private readonly arrays = new Map<string, Promise<T | null>>();
+  /** The answers that have arrived, for callers that cannot wait (an open being answered). */
+  private readonly settled = new Map<string, T | null>();
   /** Parsed consolidated metadata, per store root, format and generation. */
   private readonly consolidated = new Map<string, Promise<Consolidated | null>>();
 
@@ -49,8 +51,18 @@ export class ArrayFinder<T> {
     const found = this.findArray(dir);
     remember(this.arrays, dir, found);
     // A failed listing is not an answer: ask again next time.
-    found.catch(() => this.arrays.delete(dir));
+    found.then(
+      (array) => {
+        if (this.arrays.get(dir) === found) remember(this.settled, dir, array);
+      },
+      () => this.arrays.delete(dir),
+    );
     return found;
+  }
+
+  /** The array of `dir` if its answer has arrived (null: not an array), undefined while unknown. */
+  known(dir: string): T | null | undefined {
+    return this.settled.get(dir);
   }
 
   /**

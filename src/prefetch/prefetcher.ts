@@ -89,6 +89,20 @@ export class Prefetcher {
     this.follow(path, meta).catch((err: unknown) => this.deps.log.debug({ path, err: String(err) }, 'prefetch failed'));
   }
 
+  /**
+   * An open of `path` about to be answered: a shard of an array already known as sharded is followed from
+   * this open on, so its reads (the index, the first inner chunk) reach the prefetcher too. Otherwise
+   * only the shard's later opens would be: opened() learns of it after the answer.
+   */
+  opening(path: string, meta: ObjectMeta): void {
+    if (this.closed || !this.deps.config.zarr) return;
+    const dir = parentPath(path);
+    const array = this.arrays.known(dir);
+    if (!array?.sharded || !CHUNK_NAME.test(path.slice(dir.length + 1))) return;
+    const idx = indicesOfKey(array.layout, path.slice(array.root === '/' ? 1 : array.root.length + 1));
+    if (idx) this.shards.shardOpened(array.sharded, idx, meta);
+  }
+
   /** Whether reads of this file move a walk (a shard of a followed array): they must all come here. */
   followsReads(meta: ObjectMeta): boolean {
     return this.shards.follows(meta);
