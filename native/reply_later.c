@@ -10,18 +10,12 @@
 #include <stdlib.h>
 
 struct later {
-  struct later *next; // in the free list
   napi_async_work work;
   napi_ref req, buf, done;
   struct req_ref *r;
   const void *data;
   size_t len;
 };
-
-// Works kept for the next replies: creating one costs the JS thread more than queueing it (async hooks).
-#define KEPT_WORKS 64
-static struct later *kept;
-static unsigned nkept;
 
 static void later_send(napi_env env, void *data) {
   (void)env;
@@ -39,14 +33,8 @@ static void later_sent(napi_env env, napi_status status, void *data) {
   napi_delete_reference(env, l->done);
   napi_delete_reference(env, l->buf);
   napi_delete_reference(env, l->req);
-  if (nkept < KEPT_WORKS) {
-    l->next = kept;
-    kept = l;
-    nkept++;
-  } else {
-    napi_delete_async_work(env, l->work);
-    free(l);
-  }
+  napi_delete_async_work(env, l->work);
+  free(l);
   atomic_fetch_sub(&m->outstanding, 1);
   maybe_destroy(m);
   if (done) napi_call_function(env, undefined, done, 0, NULL, NULL);
@@ -77,19 +65,13 @@ static napi_value reply_buf_later(napi_env env, napi_callback_info info) {
   }
   double n = num(env, argv[2]);
   if (n >= 0 && n < (double)len) len = (size_t)n;
-  struct later *l = kept;
-  if (l) {
-    kept = l->next;
-    nkept--;
-  } else {
-    l = calloc(1, sizeof *l);
-    napi_value name;
-    if (!l || napi_create_string_utf8(env, "gcsmount reply", NAPI_AUTO_LENGTH, &name) != napi_ok ||
-        napi_create_async_work(env, NULL, name, later_send, later_sent, l, &l->work) != napi_ok) {
-      free(l);
-      send_now(env, r, data, len, argv[3]);
-      return NULL;
-    }
+  struct later *l = calloc(1, sizeof *l);
+  napi_value name;
+  if (!l || napi_create_string_utf8(env, "gcsmount reply", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_create_async_work(env, NULL, name, later_send, later_sent, l, &l->work) != napi_ok) {
+    free(l);
+    send_now(env, r, data, len, argv[3]);
+    return NULL;
   }
   // Filled in before it is queued: a pool thread may take it at once.
   l->r = r;
