@@ -12,16 +12,19 @@ import { cleanupAll, eventually, run, tempDir } from './helpers/harness.js';
  */
 describe('the FUSE addon', () => {
   let dir: string | null = null;
+  /** Every mount point a test mounted on: whatever is still mounted there goes at the end. */
+  const mountPoints: string[] = [];
 
   afterAll(async () => {
     const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
-    if (dir && text.split('\n').some((l) => l.split(' ')[4] === dir)) await run('fusermount3', ['-u', '-z', dir]);
+    for (const d of mountPoints) if (text.split('\n').some((l) => l.split(' ')[4] === d)) await run('fusermount3', ['-u', '-z', d]);
     await cleanupAll();
   });
 
   it('answers a request once, and an answer after an interrupt or after the mount is gone is harmless', async () => {
     const fuse = loadFuse();
     dir = await tempDir('addon');
+    mountPoints.push(dir);
     const held: FuseRequest[] = [];
     let exited!: () => void;
     const ended = new Promise<void>((r) => (exited = r));
@@ -106,7 +109,7 @@ describe('the FUSE addon', () => {
       },
       { maxBackground: 16, congestionThreshold: 12, parallelDirops: true },
     );
-    dir = mnt;
+    mountPoints.push(mnt);
     const copy = join(await tempDir('later-copy'), 'f');
     const r = await run('dd', [`if=${join(mnt, 'f')}`, `of=${copy}`, 'bs=256k']);
     expect(r.code, r.stderr).toBe(0);
