@@ -171,6 +171,9 @@ void maybe_destroy(struct mount *m);
 int req_handle(napi_env env, struct mount *m, fuse_req_t req, napi_value *out);
 struct req_ref *take_req(napi_env env, napi_value v);
 void answered(struct req_ref *r);
+// A read's reply bytes: the Buffer's memory, cut to `length` when that is shorter; 0 with a TypeError
+// pending when `buffer` is none.
+int reply_bytes(napi_env env, napi_value buffer, napi_value length, void **data, size_t *len);
 
 // native_path.c: a read held by the native path (native_begin is false once the receive loop has
 // ended), and an open file's native side as JavaScript passes it.

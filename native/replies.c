@@ -241,6 +241,16 @@ static napi_value reply_write(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+int reply_bytes(napi_env env, napi_value buffer, napi_value length, void **data, size_t *len) {
+  if (napi_get_buffer_info(env, buffer, data, len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: a read's reply wants a Buffer");
+    return 0;
+  }
+  double n = num(env, length);
+  if (n >= 0 && n < (double)*len) *len = (size_t)n;
+  return 1;
+}
+
 // replyBuf(req, buffer, length): the kernel copies straight out of the Buffer's memory.
 static napi_value reply_buf(napi_env env, napi_callback_info info) {
   napi_value argv[3];
@@ -249,12 +259,7 @@ static napi_value reply_buf(napi_env env, napi_callback_info info) {
   if (!r) return NULL;
   void *data = NULL;
   size_t len = 0;
-  if (napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyBuf wants a Buffer");
-    return NULL;
-  }
-  double n = num(env, argv[2]);
-  if (n >= 0 && n < (double)len) len = (size_t)n;
+  if (!reply_bytes(env, argv[1], argv[2], &data, &len)) return NULL;
   fuse_reply_buf(r->req, data, len);
   answered(r);
   return NULL;

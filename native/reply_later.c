@@ -58,13 +58,12 @@ static napi_value reply_buf_later(napi_env env, napi_callback_info info) {
   if (!r) return NULL;
   void *data = NULL;
   size_t len = 0;
+  if (!reply_bytes(env, argv[1], argv[2], &data, &len)) return NULL;
   napi_valuetype t;
-  if (napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok || napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyBufLater wants a Buffer and a function");
+  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: replyBufLater wants a function to call once sent");
     return NULL;
   }
-  double n = num(env, argv[2]);
-  if (n >= 0 && n < (double)len) len = (size_t)n;
   struct later *l = calloc(1, sizeof *l);
   napi_value name;
   if (!l || napi_create_string_utf8(env, "gcsmount reply", NAPI_AUTO_LENGTH, &name) != napi_ok ||

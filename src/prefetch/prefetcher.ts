@@ -40,6 +40,11 @@ interface ZarrArray {
   sharded: ShardedArray | null;
 }
 
+/** The grid indices of the chunk file at `path` of `array`, or null when its key names no chunk. */
+function chunkIndices(array: ZarrArray, path: string): number[] | null {
+  return indicesOfKey(array.layout, path.slice(array.root === '/' ? 1 : array.root.length + 1));
+}
+
 /** A chunk file's base name: digits joined by '.', or one Zarr v3 'c'. Anything else is not looked at as a chunk. */
 const CHUNK_NAME = /^(c|[0-9]+)([.][0-9]+)*$/;
 
@@ -99,7 +104,7 @@ export class Prefetcher {
     const dir = parentPath(path);
     const array = this.arrays.known(dir);
     if (!array?.sharded || !CHUNK_NAME.test(path.slice(dir.length + 1))) return;
-    const idx = indicesOfKey(array.layout, path.slice(array.root === '/' ? 1 : array.root.length + 1));
+    const idx = chunkIndices(array, path);
     if (idx) this.shards.shardOpened(array.sharded, idx, meta);
   }
 
@@ -125,8 +130,7 @@ export class Prefetcher {
   }
 
   private async followArray(array: ZarrArray, path: string, meta: ObjectMeta): Promise<void> {
-    const key = path.slice(array.root === '/' ? 1 : array.root.length + 1);
-    const idx = indicesOfKey(array.layout, key);
+    const idx = chunkIndices(array, path);
     if (!idx) return;
     // A shard is opened once per inner chunk read: its reads say where the reader is, not its opens.
     if (array.sharded) return this.shards.shardOpened(array.sharded, idx, meta);
