@@ -13,6 +13,7 @@ import { isRetryable } from '../src/gcs/retry.js';
 import { startEmulator, type Emulator } from '../src/emulator/server.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
+import { REPO, run } from './helpers/harness.js';
 
 const OBJECT = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 251));
 const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
@@ -143,6 +144,20 @@ describe('range GETs into a caller buffer', () => {
       expect(requests).toBe(1);
     }
     mode = 'honest';
+  });
+});
+
+describe('a daemon at its file-descriptor limit', () => {
+  it('gets a request through with one descriptor left (its HTTP parser loaded before, not on the first connection)', async () => {
+    const server = createServer((_req, res) => res.end('ok'));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const r = await run('prlimit', ['--nofile=64', process.execPath, join(REPO, 'test/fixtures/request_at_fd_limit.mjs'), join(REPO, 'dist/gcs/dispatcher.js'), origin]);
+      expect(r.stdout.trim(), r.stderr).toBe('status 200');
+    } finally {
+      server.close();
+    }
   });
 });
 
