@@ -4,7 +4,7 @@ import { runTorture } from '../src/torture/torture.js';
 describe('the differential torture test (short run)', () => {
   it('never returns a wrong byte under faults, replacements, eviction and SIGKILLs', async () => {
     const report = await runTorture({ seconds: 30, readers: 3, objects: 11, seed: 7 });
-    expect(report.mismatchSamples).toEqual([]);
+    expect(report.mismatchSamples, `daemon log: ${report.keptLog}`).toEqual([]);
     expect(report.mismatches).toBe(0);
     // It did what it says: many reads compared, faults of every kind, new generations, restarts.
     expect(report.reads).toBeGreaterThan(100);
@@ -18,7 +18,7 @@ describe('the differential torture test (short run)', () => {
     // a replaced generation, and no failed read that a restart or a replacement does not explain.
     expect(report.daemonDeaths).toEqual([]);
     expect(report.gcsGaveUp).toBe(0);
-    expect(report.unexplainedSamples).toEqual([]);
+    expect(report.unexplainedSamples, `daemon log: ${report.keptLog}`).toEqual([]);
     expect(report.unexplainedErrors).toBe(0);
     // Every read is checked against a generation still kept: none too old to judge.
     expect(report.unverifiable).toBe(0);

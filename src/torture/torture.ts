@@ -48,6 +48,8 @@ export interface TortureReport {
   latencySpikes: number;
   pageCacheDrops: number;
   mismatchSamples: string[];
+  /** Where the daemons' log was kept when a read was wrong or failed unexplained (else null: removed). */
+  keptLog: string | null;
 }
 
 /** Every generation of one object that a reader may still have open, newest last. */
@@ -61,6 +63,9 @@ interface ReadLine {
   sha?: string;
   chunks?: string[];
   error?: string;
+  /** A failed read's start and end (epoch ms, the reader's clock: the same machine's). */
+  began?: number;
+  ended?: number;
 }
 
 const CHUNK = 64 * 1024;
@@ -92,6 +97,9 @@ function anatomy(r: ReadLine, versions: readonly Buffer[]): string {
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** statfs's f_type of a FUSE file system. */
+const FUSE_SUPER_MAGIC = 0x65735546;
 
 /**
  * The differential torture test: readers in other processes read random ranges of random objects through
@@ -127,7 +135,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     port: 0,
     knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
   });
-  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [] };
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [], keptLog: null };
 
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
@@ -149,10 +157,13 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     });
     const deadline = Date.now() + 30_000;
     for (;;) {
-      const mounts = await fsp.readFile('/proc/self/mountinfo', 'utf8');
       // After a SIGKILL the dead daemon's mount is still listed (ENOTCONN) until the new one replaces
-      // it: mounted means answering. (fsp.stat runs on libuv's pool: the emulator's loop stays free.)
-      if (mounts.split('\n').some((l) => l.split(' ')[4] === mnt) && (await fsp.stat(mnt).then(() => true, () => false))) return;
+      // it, and stat may still answer from the kernel's cached attributes (seen: "mounted" half a second
+      // before the new daemon was). statfs always reaches the daemon: a dead mount fails it, and a FUSE
+      // file system answering it is the new daemon's (not the bare folder between the two mounts).
+      // (fsp runs on libuv's pool: the emulator's loop stays free.)
+      const fs = await fsp.statfs(mnt).catch(() => null);
+      if (fs?.type === FUSE_SUPER_MAGIC) return;
       if (daemon.exitCode !== null || Date.now() > deadline) throw new Error(`the daemon did not mount (see ${logFile})`);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -166,9 +177,11 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     if (r.error !== undefined) {
       report.errors++;
       report.errorCodes[r.error] = (report.errorCodes[r.error] ?? 0) + 1;
-      const now = Date.now();
-      const byRestart = restarts.some((x) => now >= x.killed && now <= x.mounted + EXPLAINS_MS);
-      const byReplacement = now - (replacedAt.get(r.name) ?? Number.NEGATIVE_INFINITY) <= EXPLAINS_MS;
+      // Judged by when the read ran, not by when its line reached this busy process (seen 13 s late).
+      const began = r.began ?? Date.now();
+      const ended = r.ended ?? began;
+      const byRestart = restarts.some((x) => ended >= x.killed && began <= x.mounted + EXPLAINS_MS);
+      const byReplacement = began - (replacedAt.get(r.name) ?? Number.NEGATIVE_INFINITY) <= EXPLAINS_MS;
       if (!byRestart && !byReplacement) {
         report.unexplainedErrors++;
         if (report.unexplainedSamples.length < 10) report.unexplainedSamples.push(`${r.error} ${r.name} [${r.offset}, +${r.length})`);
@@ -269,6 +282,10 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       }
       const status = entry.status ?? entry.lastStatus ?? null;
       if (/^GCS request (failed|gave up)/.test(entry.msg ?? '') && status !== 404 && status !== 412) report.gcsGaveUp++;
+    }
+    if (report.mismatches > 0 || report.unexplainedErrors > 0) {
+      report.keptLog = `${dir}.log`;
+      await fsp.copyFile(logFile, report.keptLog).catch(() => (report.keptLog = null));
     }
     await emulator.close();
     await fsp.rm(dir, { recursive: true, force: true });
