@@ -42,7 +42,6 @@ struct br_file {
   uint64_t js_fh;
   uint64_t size;
   uint64_t block_size;
-  bool js_sees_reads; // set at creation, never changed
   // Under eng.lock:
   struct reg regs[REGS];
   unsigned next_reg; // the ring's next place
@@ -106,14 +105,13 @@ static void count(enum br_stat s, uint64_t n) { atomic_fetch_add_explicit(&eng.s
 
 // ------------------------------------------------------------------ files and registrations
 
-struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size, bool js_sees_reads) {
+struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size) {
   struct br_file *f = calloc(1, sizeof *f);
   if (!f) return NULL;
   atomic_init(&f->refs, 1);
   f->js_fh = js_fh;
   f->size = size;
   f->block_size = block_size;
-  f->js_sees_reads = js_sees_reads;
   for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
   return f;
 }
@@ -125,8 +123,6 @@ void br_file_unref(struct br_file *f) {
 }
 
 uint64_t br_file_js_fh(const struct br_file *f) { return f->js_fh; }
-
-bool br_file_js_sees_reads(const struct br_file *f) { return f->js_sees_reads; }
 
 static struct reg *find_reg(struct br_file *f, uint64_t block) {
   for (unsigned i = 0; i < REGS; i++)

@@ -4,7 +4,6 @@
 #define FUSE_USE_VERSION 312
 #endif
 #include <fuse_lowlevel.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,10 +47,7 @@ int br_started(void);
 // One open file: its JavaScript handle, size, and which of its blocks are on disk. Reference counted
 // (the kernel's open, JavaScript's handle on it, reads in progress).
 struct br_file;
-// js_sees_reads: every read of it goes to JavaScript first (a shard the prefetcher follows), which may
-// then hand it here with br_submit; otherwise reads of registered blocks are answered without it.
-struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size, bool js_sees_reads);
-bool br_file_js_sees_reads(const struct br_file *f);
+struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size);
 void br_file_ref(struct br_file *f);
 void br_file_unref(struct br_file *f);
 uint64_t br_file_js_fh(const struct br_file *f);

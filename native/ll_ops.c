@@ -89,9 +89,8 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   struct mount *m = mount_of(req);
   struct br_file *f = file_of(fi);
-  // Blocks on disk that JavaScript registered for this file: answered by a native worker (unless
-  // JavaScript must see each read first: it hands those over itself).
-  if (!br_file_js_sees_reads(f) && br_started() && native_begin(m)) {
+  // Blocks on disk that JavaScript registered for this file: answered by a native worker.
+  if (br_started() && native_begin(m)) {
     if (br_submit(req, ino, f, (uint64_t)off, size)) return;
     native_end(m);
   }

@@ -49,14 +49,11 @@ static void file_finalize(napi_env env, void *data, void *hint) {
   br_file_unref(data);
 }
 
-// nativeFile(fh, size, blockSize, jsSeesReads): an open file's native side, for replyOpen, addBlocks and
-// readNative. jsSeesReads: its reads all go to JavaScript, which hands them over with readNative.
+// nativeFile(fh, size, blockSize): an open file's native side, for replyOpen, addBlocks and readNative.
 static napi_value native_file(napi_env env, napi_callback_info info) {
-  napi_value argv[4];
-  args_of(env, info, 4, argv);
-  bool js_sees_reads = false;
-  napi_get_value_bool(env, argv[3], &js_sees_reads); // not a boolean (left out): false
-  struct br_file *f = br_file_new((uint64_t)num(env, argv[0]), (uint64_t)num(env, argv[1]), (uint64_t)num(env, argv[2]), js_sees_reads);
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct br_file *f = br_file_new((uint64_t)num(env, argv[0]), (uint64_t)num(env, argv[1]), (uint64_t)num(env, argv[2]));
   if (!f) {
     napi_throw_error(env, NULL, "gcsmount_fuse: out of memory");
     return NULL;

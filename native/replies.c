@@ -163,7 +163,7 @@ static int open_info(double fh, unsigned flags, struct br_file *f, struct fuse_f
   // Only a file open for writing has anything to upload at close(2): the others need not wait for us.
   fi->noflush = (flags & OPEN_FLUSH) == 0;
   if (f) br_file_ref(f);
-  else if (!(f = br_file_new((uint64_t)fh, 0, 0, false))) return 0;
+  else if (!(f = br_file_new((uint64_t)fh, 0, 0))) return 0;
   fi->fh = (uint64_t)(uintptr_t)f;
   return 1;
 }

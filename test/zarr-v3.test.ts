@@ -129,15 +129,8 @@ describe('Zarr v3: sharded arrays and consolidated metadata', () => {
       expect(counters.prefetch_fill_skipped).toBeGreaterThan(0);
 
       tb.emulator.resetStats();
-      const before = (await mountStats(m.path)).counters;
       await read(root, c.array, '--order', c.order);
       expect(media()).toEqual([]);
-      // Each read of a followed shard reaches the prefetcher, which then hands it to the native side:
-      // the warm epoch's bytes come from there, not through JavaScript.
-      const after = (await mountStats(m.path)).counters;
-      const native = (after.native_read_bytes ?? 0) - (before.native_read_bytes ?? 0);
-      expect(native).toBeGreaterThan(0);
-      expect(native).toBe((after.fuse_read_bytes ?? 0) - (before.fuse_read_bytes ?? 0));
       await unmount(m.path);
     });
   }

@@ -156,12 +156,8 @@ export interface FuseAddon {
 
   /** Starts the native read path: once per process, later calls change nothing. False if it cannot run. */
   startNativeReads(cfg: NativeReadsConfig): boolean;
-  /**
-   * The native side of the open file `fh`, before its open is answered. `jsSeesReads`: every read of it
-   * comes to JavaScript, which may hand it over with readNative; otherwise reads of its registered
-   * blocks are answered natively without JavaScript.
-   */
-  nativeFile(fh: number, size: number, blockSize: number, jsSeesReads: boolean): NativeFile;
+  /** The native side of the open file `fh`, before its open is answered. */
+  nativeFile(fh: number, size: number, blockSize: number): NativeFile;
   /** Block first + i of the file is block file keys[i], whose bytes have CRC32C crcs[i]. */
   addBlocks(file: NativeFile, first: number, keys: readonly string[], crcs: readonly number[]): void;
   /**

@@ -48,9 +48,8 @@ export class ReadOps {
         const followed = deps.prefetcher?.followsReads(meta) ?? false;
         const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0 } : deps.reader);
         const fh = handles.add(path, reader);
-        // Blocks of this generation already on disk are read natively from the first read on; a followed
-        // shard's once the prefetcher has seen the read (read() hands it over).
-        const file = deps.fuse.nativeFile(fh, meta.size, deps.blocks.blockSize, followed);
+        // Blocks of this generation already on disk are read natively from the first read on.
+        const file = deps.fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
         if (!followed) deps.native?.register(file, meta, 0);
         this.files.set(fh, file);
         // The kernel's pages of this inode stay while they belong to the generation this open reads
@@ -107,7 +106,7 @@ export class ReadOps {
     // or this handle is already fetching them: a cold reader's blocks are held before they arrive; or a
     // writer has the file open, whose first change the native side would not see).
     const file = this.files.get(fh);
-    if (deps.native && file && !fallback && !clean && !reader.holds(pos, size)) {
+    if (deps.native && file && !fallback && !clean && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
       const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
       if (until > 0) return reader.servedElsewhere(until);
     }
