@@ -13,6 +13,7 @@ interface Stats {
   gauges: Record<string, number>;
   fuseOps: Record<string, { count: number }>;
   summary: { blockCacheHitRatio: number | null };
+  threads: { mainUtilization: number | null; downloadWorkers: { utilization: number; inFlight: number }[] };
 }
 
 /** Prometheus text format, parsed strictly enough that a malformed line fails the test. */
@@ -69,6 +70,10 @@ describe('operating a mount', () => {
     const table = await run(GCSMOUNT, ['stats']);
     expect(table.stdout).toContain(m.path);
     expect(table.stdout).toMatch(/hit ratio/);
+    // Which thread limits the mount: the main thread's and each download worker's load.
+    expect(table.stdout).toMatch(/threads +main \d+% busy +download workers (#1 \d+% busy, \d+ in flight|none)/);
+    expect(s.threads.downloadWorkers.length).toBe(s.gauges.download_workers ?? 0);
+    expect(s.threads.mainUtilization).toBe(s.gauges.main_thread_utilization);
     await unmount(m.path);
   });
 

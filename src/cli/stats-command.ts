@@ -18,6 +18,8 @@ interface StatsReport {
   counters: Record<string, number>;
   gauges: Record<string, number>;
   fuseOps: Record<string, OpSummary>;
+  /** Absent from a daemon older than this command. */
+  threads?: { mainUtilization: number | null; downloadWorkers: { utilization: number; inFlight: number }[] };
 }
 
 interface StatsArgs {
@@ -55,6 +57,7 @@ function table(r: StatsReport): string {
     `  downloads     in flight ${g.downloads_in_flight ?? 0}   queued ${g.downloads_queued ?? 0}   readahead blocks ${g.readahead_blocks ?? 0}   block buffers ${g.block_buffers_in_use ?? 0}   concurrency limit ${g.gcs_concurrency_limit ?? '-'}   open files ${g.open_files ?? 0}`,
     `  memory        limit ${formatBytes(g.memory_limit_bytes ?? 0)} (blocks ${formatBytes(g.memory_blocks_limit_bytes ?? 0)})   in use ${formatBytes(g.memory_in_use_bytes ?? 0)} (peak ${formatBytes(g.memory_peak_bytes ?? 0)})   waiting ${g.memory_waiting ?? 0} reads (${formatBytes(g.memory_waiting_bytes ?? 0)})   waited ${formatCount(c.memory_waits ?? 0)} times, ${((c.memory_wait_ms ?? 0) / 1000).toFixed(1)} s   skipped for memory: readahead ${formatCount(c.memory_readahead_skipped ?? 0)} prefetch ${formatCount(c.memory_prefetch_skipped ?? 0)}`,
     `                block buffers resident ${formatBytes(g.memory_block_buffers_resident_bytes ?? 0)}   listings ${formatBytes(g.memory_listing_bytes ?? 0)} (accounted)   native read path ${formatCount(g.native_block_buffers ?? 0)} blocks (its own pool)`,
+    threadsLine(r),
     `  GCS requests  list ${formatCount(c.gcs_requests_list!)}  metadata ${formatCount(c.gcs_requests_metadata!)}  media ${formatCount(c.gcs_requests_media!)}  bucket ${c.gcs_requests_bucket}   retries ${formatCount(c.gcs_retries!)}   429s ${formatCount(c.gcs_throttled!)}   errors ${formatCount(c.gcs_errors!)}`,
     `  request rate  ${g.gcs_rate_limit === undefined ? 'no limit' : `${g.gcs_rate_limit}/s (ceiling ${g.gcs_rate_ceiling}/s)`}   waited for tokens ${formatCount(c.gcs_rate_waits ?? 0)} times, ${((c.gcs_rate_wait_ms ?? 0) / 1000).toFixed(1)} s   queued ${g.gcs_rate_queued ?? 0}   cuts on 429 ${formatCount(c.gcs_rate_cuts ?? 0)}`,
     `  stalls        cut ${formatCount(c.gcs_stalls ?? 0)}   resumed by Range ${formatCount(c.gcs_resumed_reads ?? 0)}   stall timeout ${g.gcs_stall_timeout_ms === undefined ? 'off' : `${(g.gcs_stall_timeout_ms / 1000).toFixed(1)} s`}   gave up at --max-retry-duration ${formatCount(c.gcs_retry_deadline_exceeded ?? 0)}`,
@@ -68,6 +71,18 @@ function table(r: StatsReport): string {
     lines.push(`                ${op.padEnd(12)}${formatCount(s.count).padStart(12)}${String(s.errors).padStart(8)}${s.avgMs.toFixed(2).padStart(9)}${s.p50Ms.toFixed(1).padStart(8)}${s.p99Ms.toFixed(1).padStart(8)}${s.maxMs.toFixed(1).padStart(9)}`);
   }
   return lines.join('\n');
+}
+
+/** How busy each thread is: the main thread near 100% is what limits the mount, whatever the cores. */
+function threadsLine(r: StatsReport): string {
+  const pct = (u: number | null | undefined) => (u === null || u === undefined ? 'n/a' : `${Math.round(100 * u)}%`);
+  const t = r.threads;
+  const main = `main ${pct(t?.mainUtilization ?? r.gauges.main_thread_utilization)} busy`;
+  if (!t) return `  threads       ${main}`;
+  const workers = t.downloadWorkers.length === 0
+    ? 'download workers none (--download-workers 0)'
+    : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight`).join('; ')}`;
+  return `  threads       ${main}   ${workers}   (over the last 2 s)`;
 }
 
 async function collect(a: StatsArgs): Promise<StatsReport[]> {

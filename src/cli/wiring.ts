@@ -329,7 +329,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     await controlSocketFor(mountPoint),
     {
       info: () => info,
-      stats: () => statsReport(info, metrics),
+      stats: () => statsReport(info, metrics, workers?.loads() ?? []),
       warm: (path, progress, signal) => {
         if (!disk) throw new Error('this mount has no --cache-dir: there is nothing to warm into');
         return warm({ client, names, blocks, disk, parallel: Math.min(64, Math.max(4, scheduler.limit)) }, path, progress, signal);
@@ -400,7 +400,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
 }
 
 /** What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first. */
-function statsReport(info: MountInfo, metrics: Metrics) {
+/** `downloadWorkers`: each download worker's load (none with --download-workers 0). */
+function statsReport(info: MountInfo, metrics: Metrics, downloadWorkers: { utilization: number; inFlight: number }[]) {
   const snap = metrics.snapshot();
   const c = snap.counters;
   const blocksRead = c.block_cache_hits + c.block_cache_misses;
@@ -421,6 +422,9 @@ function statsReport(info: MountInfo, metrics: Metrics) {
     counters: c,
     gauges: snap.gauges,
     fuseOps: snap.ops,
+    // Which thread limits the mount: the main thread near 1 (what only it does: scheduling, metadata,
+    // FUSE requests), or the download workers (HTTP bodies, their copies and checks).
+    threads: { mainUtilization: snap.gauges.main_thread_utilization ?? null, downloadWorkers },
   };
 }
 

@@ -73,6 +73,11 @@ export class RangeWorkers {
     return this.slots.map((s) => s.utilization);
   }
 
+  /** Each worker's load now: its utilization over the last sample window and its attempts in flight. */
+  loads(): { utilization: number; inFlight: number }[] {
+    return this.slots.map((s) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight }));
+  }
+
   receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
     const slot = this.pick();
     if (!(out.buffer instanceof SharedArrayBuffer) || !slot) return receiveRange(this.local, path, headers, start, objectSize, out, what, limits, got);
