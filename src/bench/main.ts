@@ -5,6 +5,7 @@ import { dataPathScenario } from './data-path.js';
 import { fuseCeilingScenario } from './fuse-ceiling.js';
 import { listingScenario } from './listing.js';
 import { memoryScenario } from './memory.js';
+import { scalingScenario } from './scaling.js';
 import { metadataScenario } from './metadata.js';
 import { sharingScenario } from './sharing.js';
 import { statScenario } from './stat.js';
@@ -24,6 +25,7 @@ const SCENARIOS: Record<string, { title: string; run: () => Promise<string> }> =
   sharing: { title: 'Sharing a bucket: three daemons under one 60 requests/s limit; reads through stalling bodies', run: sharingScenario },
   stat: { title: 'Cold stat/s: 10,000 files in one folder by 1 and 4 threads, no latency', run: statScenario },
   'fuse-ceiling': { title: 'The FUSE layer\'s ceiling: 1 GiB answered from memory through the addon, against dd from /dev/shm', run: fuseCeilingScenario },
+  scaling: { title: 'Scaling without a bigger machine: cold reads with the daemon pinned to 1 and 2 cores, 0-2 download workers', run: scalingScenario },
   'cold-cpu': { title: 'Cold reads: daemon CPU per GiB, GCS through the mount into the block cache (and without one)', run: coldCpuScenario },
   listing: { title: '`ls -l` of 10,000 files in one folder: LOOKUPs against READDIRPLUS, no latency', run: listingScenario },
   memory: { title: 'Many readers, one memory budget: 96 readers of 96 files against 16, cold and warm, with and without a cache dir', run: memoryScenario },
