@@ -1,11 +1,12 @@
 // GCS behaviours, tested on the emulator (no real GCS is contacted): behaviour the first emulator lacked, and the environments operators run daemons in (issue 16):
 // gzip-encoded objects, HTTP(S)_PROXY and NO_PROXY.
+import { promises as fsp } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, mount, mountStats, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256, upload } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
@@ -136,6 +137,54 @@ describe('HTTP_PROXY and NO_PROXY', () => {
       expect(tb.emulator.stats().requests.media).toBeGreaterThan(0);
       expect(proxy.tunnels()).toBe(before);
     } finally {
+      await unmount(m.path);
+    }
+  });
+});
+
+describe("an object whose bytes do not match GCS's CRC32C", () => {
+  let tb: TestBucket;
+
+  beforeAll(async () => {
+    tb = await startBucket('crc');
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('is never served: refetched, then EIO; served once its bytes match again (checked on a download worker and on the main thread)', async () => {
+    for (const workers of ['1', '0']) {
+      const name = `crc/w${workers}.bin`;
+      const good = bytes(MIB + 7, 40 + Number(workers));
+      await writeObjects(tb.root, tb.bucket, { [name]: good });
+      const file = join(tb.root, tb.bucket, name);
+      const ref = `${file}.times`;
+      const m = await mount({ tb, args: ['--download-workers', workers, '--cache-dir', await tempDir('crc-cache')] });
+      // Known first (the emulator hashes a version when it first describes it), then damaged in place
+      // with its mtime kept: the emulator serves the new bytes under the old CRC32C, as a corrupted read would.
+      expect((await run('stat', ['-c', '%s', join(m.path, name)])).stdout.trim()).toBe(String(good.length));
+      expect((await run('touch', ['-r', file, ref])).code).toBe(0);
+      const bad = Buffer.from(good);
+      bad[12345] ^= 0x01;
+      await fsp.writeFile(file, bad);
+      expect((await run('touch', ['-r', ref, file])).code).toBe(0);
+      tb.emulator.resetStats();
+      const r = await run('cat', [join(m.path, name)]);
+      expect(r.code, `workers ${workers}`).not.toBe(0);
+      expect(r.stderr).toMatch(/Input\/output error/);
+      // Every download refused (3 per read; the kernel may ask twice, its readahead and the read).
+      const media = tb.emulator.stats().requests.media;
+      expect(media).toBeGreaterThanOrEqual(3);
+      expect(media % 3).toBe(0);
+      expect((await mountStats(m.path)).counters.object_crc_mismatches).toBe(media);
+      // Right again (same version): read whole and right, once.
+      await fsp.writeFile(file, good);
+      expect((await run('touch', ['-r', ref, file])).code).toBe(0);
+      tb.emulator.resetStats();
+      expect(await sha256Of(join(m.path, name))).toBe(sha256(good));
+      expect(tb.emulator.stats().requests.media).toBe(1);
       await unmount(m.path);
     }
   });

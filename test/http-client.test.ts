@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { crc32c } from '../src/crc32c.js';
 import { AdaptiveConcurrency } from '../src/gcs/adaptive-concurrency.js';
 import type { AuthHeaders } from '../src/gcs/auth.js';
 import { HttpObjectClient, transportError } from '../src/gcs/http-client.js';
@@ -99,9 +100,12 @@ describe('range GETs into a caller buffer', () => {
       mode = m;
       requests = 0;
       into.fill(0xee);
-      const got = await c.readRange(VERSION, 5_000, 25_000, into);
+      const hash = { crc32c: null as number | null };
+      const got = await c.readRange(VERSION, 5_000, 25_000, into, undefined, hash);
       expect(got.buffer).toBe(into.buffer);
       expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+      // Hashed where it landed, on the worker.
+      expect(hash.crc32c).toBe(crc32c(OBJECT.subarray(5_000, 25_000)));
       expect(requests).toBe(1);
     }
     mode = 'shifted';
@@ -115,13 +119,15 @@ describe('range GETs into a caller buffer', () => {
     const into = Buffer.from(new SharedArrayBuffer(30_000));
     mode = 'hang';
     requests = 0;
-    const read = c.readRange(VERSION, 5_000, 25_000, into);
+    const hash = { crc32c: null as number | null };
+    const read = c.readRange(VERSION, 5_000, 25_000, into, undefined, hash);
     while (requests < 1) await new Promise((r) => setTimeout(r, 10));
     mode = 'honest';
     const [slot] = (c.workers as unknown as { slots: Array<{ worker: { terminate(): Promise<number> } }> }).slots;
     await slot!.worker.terminate();
     const got = await read;
     expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+    expect(hash.crc32c).toBe(crc32c(OBJECT.subarray(5_000, 25_000)));
     expect(requests).toBe(2);
     expect(c.workers?.count).toBe(1);
     await c.close();

@@ -1,6 +1,7 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { crc32c } from '../src/crc32c.js';
 import { AdaptiveConcurrency } from '../src/gcs/adaptive-concurrency.js';
 import { HttpObjectClient } from '../src/gcs/http-client.js';
 import { StallTimeout } from '../src/gcs/stall-timeout.js';
@@ -69,8 +70,11 @@ describe('stalled responses and bounded retries (HTTP client)', () => {
     const metrics = new Metrics();
     const c = client(url, metrics, 0, workers);
     const into = workers > 0 ? Buffer.from(new SharedArrayBuffer(OBJECT.length)) : Buffer.alloc(OBJECT.length);
-    const got = await c.readRange({ name: 'o', generation: '1', size: OBJECT.length }, 0, OBJECT.length, into);
+    const hash = { crc32c: null as number | null };
+    const got = await c.readRange({ name: 'o', generation: '1', size: OBJECT.length }, 0, OBJECT.length, into, undefined, hash);
     expect(got.equals(OBJECT)).toBe(true);
+    // A worker hashes the whole range, the first attempt's bytes included; the main thread does not.
+    expect(hash.crc32c).toBe(workers > 0 ? crc32c(OBJECT) : null);
     expect(ranges.length).toBe(2);
     const resumedFrom = Number(/bytes=(\d+)-/.exec(ranges[1]!)![1]);
     expect(resumedFrom).toBeGreaterThan(0);

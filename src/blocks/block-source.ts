@@ -1,6 +1,6 @@
 import { crc32c } from '../crc32c.js';
 import { GcsError } from '../gcs/errors.js';
-import type { ObjectClient, ObjectMeta, ReadPriority } from '../gcs/object-client.js';
+import type { ObjectClient, ObjectMeta, RangeHash, ReadPriority } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
@@ -286,10 +286,12 @@ export class BlockSource {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
     try {
       for (let attempt = 1; ; attempt++) {
-        const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority);
+        // A download worker hashes the object where its body landed, off the main thread.
+        const hash: RangeHash = { crc32c: null };
+        const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority, whole ? hash : undefined);
         if (!whole) return { block: lease, crc32c: null };
         const expected = Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0);
-        if (crc32c(data) === expected) return { block: lease, crc32c: expected };
+        if ((hash.crc32c ?? crc32c(data)) === expected) return { block: lease, crc32c: expected };
         this.deps.metrics.inc('object_crc_mismatches');
         this.deps.log.warn({ object: meta.name, generation: meta.generation, attempt }, 'downloaded object fails its CRC32C; fetching it again');
         if (attempt >= CORRUPT_ATTEMPTS) throw new GcsError('CORRUPT', `${meta.name}#${meta.generation}: CRC32C mismatch after ${attempt} downloads`);

@@ -17,6 +17,7 @@ import type {
   ObjectMeta,
   ObjectVersion,
   Preconditions,
+  RangeHash,
   ReadPriority,
   UploadProgress,
   UploadSession,
@@ -25,7 +26,7 @@ import type {
 } from './object-client.js';
 import { ObjectWrites } from './object-writes.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
-import { RangeWorkers } from './range-workers.js';
+import { RangeWorkers, type ReceivedRange } from './range-workers.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
 
@@ -203,7 +204,7 @@ export class HttpObjectClient implements WritableObjectClient {
     return { objects: (raw.items ?? []).map(toMeta), prefixes: raw.prefixes ?? [], nextPageToken: raw.nextPageToken ?? null };
   }
 
-  async readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority: ReadPriority = URGENT): Promise<Buffer> {
+  async readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority: ReadPriority = URGENT, hash?: RangeHash): Promise<Buffer> {
     const { name, generation } = object;
     const length = end - start;
     if (length <= 0) return Buffer.alloc(0);
@@ -222,16 +223,18 @@ export class HttpObjectClient implements WritableObjectClient {
         this.cfg.metrics.inc('gcs_resumed_reads');
         this.cfg.log.info({ what, from: start + done }, 'GCS read resumed from the last byte received');
       }
-      const got = { bytes: 0 };
+      const got: ReceivedRange = { bytes: 0 };
       try {
         const rangeHeaders = { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' };
-        if (this.workers) await this.workers.receive(path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got);
+        // The attempt that completes the range hashes all of it, earlier attempts' bytes included.
+        if (this.workers) await this.workers.receive(path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got, hash ? out : null);
         else await receiveRange(this.media, path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got);
       } finally {
         done += got.bytes;
         this.cfg.metrics.inc('gcs_media_bytes', got.bytes);
       }
       if (done !== length) throw new GcsError('TRANSIENT', `${what}: body ended after ${done} of ${length} bytes`);
+      if (hash && got.crc32c !== undefined) hash.crc32c = got.crc32c;
       return out;
     });
   }

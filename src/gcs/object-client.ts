@@ -62,9 +62,15 @@ export interface ObjectClient {
    * decompressed). Resolves with exactly end - start bytes or rejects; a short body is an error, never
    * a short result. With `into` (at least end - start bytes), the bytes land there and the result is a
    * view of it; a failed attempt may leave partial bytes in it. `priority` (default urgent) orders the
-   * read among requests waiting for the rate limit.
+   * read among requests waiting for the rate limit. `hash`: the client may set its crc32c to the
+   * result's CRC32C, computed on the way (by a download worker); left null, the caller computes it.
    */
-  readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority?: ReadPriority): Promise<Buffer>;
+  readRange(object: ObjectVersion, start: number, end: number, into?: Buffer, priority?: ReadPriority, hash?: RangeHash): Promise<Buffer>;
+}
+
+/** Filled by readRange when it computed the bytes' CRC32C on the way. */
+export interface RangeHash {
+  crc32c: number | null;
 }
 
 /**

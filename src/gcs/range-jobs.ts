@@ -28,6 +28,11 @@ export interface RangeJob {
   stallMs: number;
   /** The retry deadline in milliseconds since the epoch (threads count performance.now() from different origins). */
   deadlineEpochMs: number;
+  /**
+   * When the body has landed whole: the CRC32C of these bytes of `memory` (the whole range, earlier
+   * attempts' bytes included), computed on the worker so that the main thread need not hash them.
+   */
+  crcOf: { offset: number; length: number } | null;
 }
 
 /** What the attempt did beside its bytes, replayed on the main thread: stall observations, counters, warnings. */
@@ -47,6 +52,8 @@ export interface RangeReply {
   bytes: number;
   events: WorkerEvent[];
   error: SerializedError | null;
+  /** The job's crcOf bytes' CRC32C; null when not asked or the attempt failed. */
+  crc32c: number | null;
 }
 
 export function serializeError(err: unknown): SerializedError {

@@ -2,6 +2,7 @@
 // job is one attempt of a range GET whose body it parses and copies straight into the shared block
 // memory the job names, so that neither the HTTP parsing nor the copy runs on the main thread.
 import { parentPort, workerData } from 'node:worker_threads';
+import { crc32c } from '../crc32c.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
 import { serializeError, type RangeJob, type RangeReply, type WorkerEvent, type WorkerSetup } from './range-jobs.js';
@@ -26,9 +27,10 @@ async function run(job: RangeJob): Promise<RangeReply> {
   const got = { bytes: 0 };
   try {
     await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got);
-    return { id: job.id, bytes: got.bytes, events, error: null };
+    const crc = job.crcOf ? crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length)) : null;
+    return { id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
   } catch (err) {
-    return { id: job.id, bytes: got.bytes, events, error: serializeError(err) };
+    return { id: job.id, bytes: got.bytes, events, error: serializeError(err), crc32c: null };
   }
 }
 

@@ -13,6 +13,12 @@ import { deserializeError, type RangeJob, type RangeReply, type WorkerSetup } fr
 // The compiled worker, whether this module runs from dist/ or (under vitest) from src/.
 const WORKER_SCRIPT = fileURLToPath(new URL('../../dist/gcs/range-worker.js', import.meta.url));
 
+/** What one attempt received: its bytes, and (from a worker asked for it) the whole range's CRC32C. */
+export interface ReceivedRange {
+  bytes: number;
+  crc32c?: number;
+}
+
 interface Slot {
   worker: Worker;
   inFlight: number;
@@ -23,7 +29,7 @@ interface Slot {
 
 interface Pending {
   slot: Slot;
-  got: { bytes: number };
+  got: ReceivedRange;
   what: string;
   resolve: () => void;
   reject: (err: Error) => void;
@@ -78,9 +84,14 @@ export class RangeWorkers {
     return this.slots.map((s) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight }));
   }
 
-  receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
+  /**
+   * `crcOf`: a view of the same shared memory, ending where `out` ends, whose CRC32C the worker computes
+   * once the body has landed (got.crc32c); not on the calling thread, where got.crc32c stays unset.
+   */
+  receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: ReceivedRange, crcOf: Buffer | null = null): Promise<void> {
     const slot = this.pick();
     if (!(out.buffer instanceof SharedArrayBuffer) || !slot) return receiveRange(this.local, path, headers, start, objectSize, out, what, limits, got);
+    const crcRange = crcOf && crcOf.buffer === out.buffer ? { offset: crcOf.byteOffset, length: crcOf.length } : null;
     const id = this.nextId++;
     const job: RangeJob = {
       id,
@@ -94,6 +105,7 @@ export class RangeWorkers {
       what,
       stallMs: limits.stallMs,
       deadlineEpochMs: mainPerformance.timeOrigin + limits.deadlineAt,
+      crcOf: crcRange,
     };
     return new Promise((resolve, reject) => {
       this.pending.set(id, { slot, got, what, resolve, reject });
@@ -149,6 +161,7 @@ export class RangeWorkers {
     this.pending.delete(reply.id);
     if (--p.slot.inFlight === 0) p.slot.worker.unref();
     p.got.bytes = reply.bytes;
+    if (reply.crc32c !== null) p.got.crc32c = reply.crc32c;
     for (const e of reply.events) {
       if (e[0] === 'observe') this.local.stall?.observe(e[1]);
       else if (e[0] === 'inc') this.local.metrics.inc(e[1] as CounterName, e[2]);
