@@ -150,6 +150,7 @@ static inline int export_fn(napi_env env, napi_value exports, const char *name, 
 int session_exports(napi_env env, napi_value exports);
 int replies_exports(napi_env env, napi_value exports);
 int reply_later_exports(napi_env env, napi_value exports);
+int block_write_exports(napi_env env, napi_value exports);
 int native_path_exports(napi_env env, napi_value exports);
 
 // ll_ops.c: the low-level operations, which hand each request to JavaScript.

@@ -4,6 +4,7 @@ import { constants, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
+import { writeAndRename } from '../src/blocks/block-files.js';
 import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
 import { blockFileKey, BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
@@ -29,7 +30,8 @@ describe('block files and O_DIRECT', () => {
     const info = vi.fn();
     const log = { ...silentLogger, info, warn: vi.fn(), child: () => log } as unknown as typeof silentLogger;
     const dir = await tempDir('cache');
-    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
+    // Through fs.promises, where the refusal is staged (the addon's writes are tested below).
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, addonWrites: false }, log, new Metrics());
     const pool = new BlockBuffers({ blockSize: BLOCK, maxBytes: 4 * BLOCK, poison: false, idleTrimMs: 60_000 });
     try {
       const keys = [0, 1, 2].map((block) => ({ bucket: 'b', object: 'o', generation: '1', block, blockSize: BLOCK }));
@@ -71,7 +73,8 @@ describe('a block cache that meets trouble recovers from it', () => {
 
   it('lets a second opener of a live cache dir touch nothing: the owner keeps writing', async () => {
     const dir = await tempDir('cache');
-    const owner = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    // Through fs.promises, whose rename the test holds.
+    const owner = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, addonWrites: false }, silentLogger, new Metrics());
     try {
       await owner.write(key(0), Buffer.alloc(1000, 1));
       // The owner's next block is written to tmp/ and held just before its rename.
@@ -380,6 +383,48 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
       expect(index.totals().blocks).toBe(6000);
     } finally {
       index.close(true);
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("block files written by the addon (one pool-thread job: open, write, truncate, close, rename)", () => {
+  const write = (tmp: string, final: string, data: Buffer, count: number, length: number, direct: boolean) => writeAndRename(tmp, final, data, count, length, direct);
+
+  it('writes the bytes whole, owner-only, and renames them into place; O_DIRECT cut back to the length', async () => {
+    const dir = await tempDir('addon-write');
+    try {
+      const pool = new BlockBuffers({ blockSize: BLOCK, maxBytes: BLOCK, poison: false, idleTrimMs: 60_000 });
+      const lease = pool.lease(BLOCK - 777);
+      for (let i = 0; i < lease.bytes.length; i++) lease.bytes[i] = i % 251;
+      const padded = Math.ceil(lease.bytes.length / 4096) * 4096;
+      for (const direct of [true, false]) {
+        const tmp = join(dir, `t${direct}`);
+        const final = join(dir, `f${direct}`);
+        const data = direct ? Buffer.from(lease.bytes.buffer, lease.bytes.byteOffset, padded) : lease.bytes;
+        await write(tmp, final, data, direct ? padded : lease.bytes.length, lease.bytes.length, direct);
+        expect((await fsp.readFile(final)).equals(lease.bytes)).toBe(true);
+        expect((await fsp.stat(final)).mode & 0o777).toBe(0o600);
+        await expect(fsp.stat(tmp)).rejects.toMatchObject({ code: 'ENOENT' });
+      }
+      lease.release();
+      pool.close();
+    } finally {
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('says which step failed: the open (nothing written), or the rename (the file written whole, left for the caller)', async () => {
+    const dir = await tempDir('addon-write');
+    try {
+      const data = Buffer.alloc(10_000, 7);
+      await expect(write(join(dir, 'no', 'tmp'), join(dir, 'f'), data, data.length, data.length, false)).rejects.toMatchObject({ name: 'Error', code: 'ENOENT', stage: 'open' });
+      const tmp = join(dir, 'tmp');
+      await expect(write(tmp, join(dir, 'no', 'f'), data, data.length, data.length, false)).rejects.toMatchObject({ code: 'ENOENT', stage: 'rename' });
+      expect((await fsp.readFile(tmp)).equals(data)).toBe(true);
+      // The buffer is too short for the count: refused before anything is queued.
+      await expect(write(join(dir, 't2'), join(dir, 'f2'), data, data.length + 1, data.length, false)).rejects.toThrow(/outside the buffer/);
+    } finally {
       await fsp.rm(dir, { recursive: true, force: true });
     }
   });

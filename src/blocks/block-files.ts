@@ -1,6 +1,7 @@
 import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { optionalAddon } from '../native-addon.js';
 import type { Logger } from '../observe/logger.js';
 
 /**
@@ -14,6 +15,51 @@ export const DIRECT_ALIGN = 4096;
 /** Owner-only, whatever the umask: block files hold object bytes, the index object names. */
 export const FILE_MODE = 0o600;
 export const DIR_MODE = 0o700;
+
+type NativeWrite = (tmp: string, final: string | null, buffer: Buffer, count: number, length: number, direct: boolean, mode: number, done: (code: string | null, stage: string) => void) => void;
+const nativeWrite = optionalAddon().writeBlockFile as NativeWrite | undefined;
+
+/** A block file write that failed: `stage` says how far it got ("rename": the file was written whole). */
+export class BlockWriteError extends Error {
+  constructor(
+    readonly code: string,
+    readonly stage: 'open' | 'write' | 'rename',
+    path: string,
+  ) {
+    super(`${code}: ${stage} ${path}`);
+  }
+}
+
+/**
+ * The block as a new file `tmp`, renamed to `final`, in one job on a libuv pool thread (the addon's
+ * writeBlockFile: open, write, truncate, close, rename; through fs.promises five round trips, each
+ * costing the JS thread a promise, a FileHandle and a woken pool thread). With `direct`, `count` is the
+ * length padded to DIRECT_ALIGN, written with O_DIRECT and cut back to `length`. Without the addon, the
+ * same through fs.promises (and with `viaAddon` false). Rejects with a BlockWriteError.
+ */
+export async function writeAndRename(tmp: string, final: string, data: Buffer, count: number, length: number, direct: boolean, viaAddon = true): Promise<void> {
+  if (!nativeWrite || !viaAddon) {
+    try {
+      if (direct) {
+        const outcome = await writeDirect(tmp, Buffer.from(data.buffer, data.byteOffset, count), length);
+        if (outcome !== 'written') throw Object.assign(new Error(outcome), { code: 'EINVAL', stage: outcome === 'refused' ? 'open' : 'write' });
+      } else await writeFully(tmp, data.subarray(0, length));
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException & { stage?: 'open' | 'write' };
+      throw new BlockWriteError(e.code ?? 'EIO', e.stage ?? 'write', tmp);
+    }
+    await fsp.rename(tmp, final).catch((err: NodeJS.ErrnoException) => {
+      throw new BlockWriteError(err.code ?? 'EIO', 'rename', final);
+    });
+    return;
+  }
+  return new Promise((resolve, reject) => {
+    nativeWrite(tmp, final, data, count, length, direct, FILE_MODE, (code, stage) => {
+      if (code === null) resolve();
+      else reject(new BlockWriteError(code, stage as 'open' | 'write' | 'rename', stage === 'rename' ? final : tmp));
+    });
+  });
+}
 
 /** Folders of older layouts: never read again, removed in the background to give their space back. */
 const OLD_LAYOUT_DIRS = ['blocks-v1'];

@@ -9,7 +9,7 @@ import { BlockIndex, type BlockRow } from './block-index.js';
 import { CacheSpace } from './eviction.js';
 import { reconcileBlocks } from './reconcile.js';
 import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
-import { DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeDirect, writeFully } from './block-files.js';
+import { BlockWriteError, DIR_MODE, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeAndRename } from './block-files.js';
 
 /**
  * Why reading a block file failed, as far as the block goes: only a file that is not there (or is not
@@ -46,12 +46,15 @@ export interface DiskCacheConfig extends WriteHealthConfig {
   accessFlushMs: number;
   /** Write block files with O_DIRECT when the block's memory allows it (gcsfuse's --file-cache-enable-o-direct). */
   directIo: boolean;
+  /** Block files written by the addon in one pool-thread job (false: through fs.promises, step by step). */
+  addonWrites: boolean;
 }
 
 export const DEFAULT_DISK_CACHE: Omit<DiskCacheConfig, 'dir' | 'limit'> = {
   lowWatermark: 0.9,
   accessFlushMs: 5_000,
   directIo: true,
+  addonWrites: true,
   fullPauseMs: 30_000,
   unwritableRetryMs: 5_000,
   unwritableRetryMaxMs: 5 * 60_000,
@@ -357,9 +360,6 @@ export class DiskCache {
       // Reserved with no await since the room was found, so concurrent writers cannot overshoot together.
       this.space.reserve(data.length);
       reserved = true;
-      await this.writeBlockFile(tmp, data, directCapacity);
-      this.space.written(data.length);
-      written = true;
       const dir = join(this.cfg.dir, BLOCKS, key.slice(0, 2));
       if (!this.madeDirs.has(dir)) {
         await fsp.mkdir(dir, { mode: DIR_MODE }).catch((err: NodeJS.ErrnoException) => {
@@ -368,7 +368,17 @@ export class DiskCache {
         await fsp.chmod(dir, DIR_MODE);
         this.madeDirs.add(dir);
       }
-      await fsp.rename(tmp, final);
+      try {
+        await this.writeBlockFile(tmp, final, data, directCapacity);
+      } catch (err) {
+        if (err instanceof BlockWriteError && err.stage === 'rename') {
+          this.space.written(data.length);
+          written = true;
+        }
+        throw err;
+      }
+      this.space.written(data.length);
+      written = true;
       renamed = true;
       if (this.closed) throw new Error('closed');
       // A close while this waits commits the row (close() writes what is pending) and resolves it.
@@ -390,18 +400,22 @@ export class DiskCache {
    * file already, so a second copy in the page cache would only cost a memory copy and memory (measured
    * here: 1 GiB of 4 MiB block files, 0.1 CPU-s with O_DIRECT against 0.26-3.0 s through the page cache).
    */
-  private async writeBlockFile(path: string, data: Buffer, directCapacity: number): Promise<void> {
+  private async writeBlockFile(tmp: string, final: string, data: Buffer, directCapacity: number): Promise<void> {
     const padded = Math.ceil(data.length / DIRECT_ALIGN) * DIRECT_ALIGN;
     if (this.directIo && data.length > 0 && directCapacity >= padded) {
-      const outcome = await writeDirect(path, Buffer.from(data.buffer, data.byteOffset, padded), data.length);
-      if (outcome === 'written') return;
-      if (outcome === 'refused') {
-        // tmpfs before Linux 6.6, for one: a property of the file system, not of this block.
-        this.directIo = false;
-        this.log.info({ dir: this.cfg.dir }, 'the cache dir\'s file system refuses O_DIRECT; block files are written through the page cache');
+      try {
+        return await writeAndRename(tmp, final, Buffer.from(data.buffer, data.byteOffset, padded), padded, data.length, true, this.cfg.addonWrites);
+      } catch (err) {
+        // EINVAL at open: the file system refuses O_DIRECT (tmpfs before Linux 6.6, for one), for every
+        // block; EINVAL later: this write's (a short write leaves the next one unaligned).
+        if (!(err instanceof BlockWriteError) || err.code !== 'EINVAL' || err.stage === 'rename') throw err;
+        if (err.stage === 'open') {
+          this.directIo = false;
+          this.log.info({ dir: this.cfg.dir }, 'the cache dir\'s file system refuses O_DIRECT; block files are written through the page cache');
+        }
       }
     }
-    await writeFully(path, data);
+    await writeAndRename(tmp, final, data, data.length, data.length, false, this.cfg.addonWrites);
   }
 
   private resourceTrouble(code: string, what: string): void {
