@@ -50,6 +50,12 @@ async function runForeground(opts: MountOptions): Promise<number> {
     format: opts.values['log-format'] === 'text' ? 'text' : 'json',
   });
   for (const notice of opts.notices) log.warn({ notice }, notice);
+  // A promise that fails with nobody listening would end Node 20 at once, silently (a daemon's stderr
+  // goes nowhere): seen while stopping, as the GCS client failed its attempts in flight, so the block
+  // cache's index and the final counters were never written. Logged instead, with what it was.
+  process.on('unhandledRejection', (reason) => {
+    log.error({ err: reason instanceof Error ? (reason.stack ?? reason.message) : String(reason) }, 'a failure nobody waited for (logged, not fatal)');
+  });
   // logrotate moves the file and sends SIGHUP: write to a fresh file from here on.
   process.on('SIGHUP', () => {
     reopen();
