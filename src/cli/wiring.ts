@@ -216,7 +216,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
   if (workers) {
     metrics.setGauge('download_workers', () => workers.count);
     metrics.setGauge('download_workers_in_flight', () => workers.inFlight);
-    metrics.setGauge('download_workers_utilization', () => Math.round(Math.max(0, ...workers.utilizations()) * 100) / 100);
+    metrics.setGauge('download_workers_utilization', () => Math.max(0, ...workers.loads().map((l) => l.utilization)));
   }
   const blockSize = v['block-size-mb'] * MIB;
   const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);

@@ -74,11 +74,6 @@ export class RangeWorkers {
     return this.pending.size;
   }
 
-  /** Each worker's event-loop utilization (0-1) over the last sample window. */
-  utilizations(): number[] {
-    return this.slots.map((s) => s.utilization);
-  }
-
   /** Each worker's load now: its utilization over the last sample window and its attempts in flight. */
   loads(): { utilization: number; inFlight: number }[] {
     return this.slots.map((s) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight }));
