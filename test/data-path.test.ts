@@ -124,6 +124,8 @@ describe('the data path', () => {
         throw new Error(`${err.message}; the log ends: ${(await fsp.readFile(m.logFile, 'utf8')).slice(-600)}`);
       });
       expect(counters.gcs_requests_media).toBeGreaterThan(0);
+      // The stop fails every attempt in flight: each failure must reach someone who handles it.
+      expect(await fsp.readFile(m.logFile, 'utf8')).not.toContain('nobody waited for');
       tb.emulator.setKnobs({ latencyMs: 0, resetRate: 0 });
     }
   });

@@ -247,6 +247,18 @@ describe('a block cache that meets trouble recovers from it', () => {
     }
   });
 
+  it('answers a miss, not a throw, for a block asked after close (work still in flight as a mount stops)', async () => {
+    const dir = await tempDir('cache');
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    await cache.write(key(0), Buffer.alloc(1000, 1));
+    expect(cache.lookup(key(0))).not.toBeNull();
+    cache.close();
+    expect(cache.lookup(key(0))).toBeNull();
+    expect(cache.has(key(0))).toBe(false);
+    expect(await cache.read(key(0))).toBeNull();
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
   it('keeps a block a stale damage report names when its file is whole now, and drops one that is damaged', async () => {
     const dir = await tempDir('cache');
     const metrics = new Metrics();

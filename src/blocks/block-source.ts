@@ -238,13 +238,14 @@ export class BlockSource {
     this.writing.set(id, ref);
     const key = this.diskKey(meta, index);
     const disk = this.deps.disk;
+    // Nobody awaits this chain: a failure in it is logged here, never left to end the process.
     void disk.write(key, ref.bytes, ref.directCapacity, crc32c).finally(() => {
       this.writing.delete(id);
       ref.release();
       if (prefetch?.priority !== 'background' || !this.preloadAhead) return;
       const row = disk.lookup(key);
       if (row) this.preloadAhead(row);
-    });
+    }).catch((err: Error) => this.deps.log.warn({ err: err.message, key }, 'after a block was written to the cache'));
   }
 
   /**

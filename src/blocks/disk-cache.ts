@@ -238,11 +238,16 @@ export class DiskCache {
 
   /** Whether the index holds the block (not checked: a warm-up uses it to skip what is there). */
   has(k: BlockKey): boolean {
-    return this.index.has(blockFileKey(k));
+    return !this.closed && this.index.has(blockFileKey(k));
   }
 
-  /** The index row of a block, or null: one lookup, which readRow() then reads without repeating. */
+  /**
+   * The index row of a block, or null: one lookup, which readRow() then reads without repeating.
+   * After close() every block is a miss: work still in flight as the mount stops (a prefetch's block
+   * just written, a read) asks too, and the index's database is shut by then.
+   */
   lookup(k: BlockKey): BlockRow | null {
+    if (this.closed) return null;
     return this.index.get(blockFileKey(k)) ?? null;
   }
 
