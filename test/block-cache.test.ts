@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BLOCK_TABLE } from '../src/blocks/block-index.js';
 import { BLOCKS_DIR, blockFileKey } from '../src/blocks/disk-cache.js';
 import { CACHE_SUBDIR } from '../src/blocks/cache-home.js';
+import { crc32c } from '../src/crc32c.js';
 import { cleanupAll, eventually, finalCounters, GCSMOUNT, mount, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, objectMeta, sha256 } from './helpers/objects.js';
 
@@ -49,6 +50,12 @@ describe('the block cache on disk', () => {
     expect(await sha256Of(path(first))).toBe(sha256(files['big/fifty.bin']!));
     expect(tb.emulator.stats().requests.media).toBe(13); // 50 MiB in 4 MiB blocks
     await unmount(first.path);
+    // Each row's CRC32C (a range's is computed by the download worker it landed on) is its block's.
+    const db = new Database(join(cacheDir, CACHE_SUBDIR, 'index.sqlite'), { readonly: true });
+    const rows = db.prepare(`SELECT block, crc32c FROM ${BLOCK_TABLE} WHERE object = ?`).all('big/fifty.bin') as { block: number; crc32c: number }[];
+    db.close();
+    expect(rows).toHaveLength(13);
+    for (const r of rows) expect(r.crc32c >>> 0, `block ${r.block}`).toBe(crc32c(files['big/fifty.bin']!.subarray(r.block * BLOCK, (r.block + 1) * BLOCK)));
     // A new mount has a new inode and no page cache: only the disk cache can spare GCS now.
     const second = await mount({ tb, args: ['--cache-dir', cacheDir], mountPoint: first.path });
     tb.emulator.resetStats();

@@ -225,7 +225,8 @@ export class BlockSource {
 
   /**
    * Counts a downloaded block and writes it to disk in the background: the reader has its bytes now.
-   * `crc32c`: the block's CRC32C when already known (a whole object checked against GCS's).
+   * `crc32c`: the block's CRC32C when already known (a whole object checked against GCS's, or a range
+   * hashed by the download worker it landed on).
    * `prefetch`: a prefetch's place in the queue: if no reader has waited on it by the time the block is
    * on disk, the block is handed to `preloadAhead` (the native read path loads it into memory then).
    */
@@ -281,7 +282,9 @@ export class BlockSource {
   /**
    * A range of the object, into `lease` (whose reference becomes the result's); a download of the whole object is
    * checked against the object's CRC32C, which is returned then (the block cache's index keeps it, so
-   * the bytes are not hashed twice: at 1-2 GB/s a hash pass is a good part of a cold read's CPU).
+   * the bytes are not hashed twice: at 1-2 GB/s a hash pass is a good part of a cold read's CPU). A
+   * range's own CRC32C is returned when a download worker computed it where the bytes landed (the block
+   * cache's index keeps that instead of hashing the block again on the main thread); null otherwise.
    */
   private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority, lease: BlockData): Promise<{ block: BlockData; crc32c: number | null }> {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
@@ -289,8 +292,8 @@ export class BlockSource {
       for (let attempt = 1; ; attempt++) {
         // A download worker hashes the object where its body landed, off the main thread.
         const hash: RangeHash = { crc32c: null };
-        const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority, whole ? hash : undefined);
-        if (!whole) return { block: lease, crc32c: null };
+        const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority, hash);
+        if (!whole) return { block: lease, crc32c: hash.crc32c };
         const expected = Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0);
         if ((hash.crc32c ?? crc32c(data)) === expected) return { block: lease, crc32c: expected };
         this.deps.metrics.inc('object_crc_mismatches');
