@@ -44,6 +44,11 @@ export class WriteOps {
     private readonly writes: Writes,
   ) {}
 
+  /** The open was interrupted before the kernel had the handle: the state loses that handle, nobody waits. */
+  private releaseUnopened(state: WriteState): void {
+    this.writes.release(state).catch((err: unknown) => this.ctx.deps.log.warn({ path: state.path, err: String(err) }, 'closing a file whose open was interrupted'));
+  }
+
   static isWriteHandle(fh: number): boolean {
     return fh >= WRITE_FH_BASE;
   }
@@ -76,7 +81,7 @@ export class WriteOps {
         if (!a.create(attr, deps.timeouts.entrySec, deps.timeouts.attrSec, fh, OPEN_FLAGS.FLUSH)) {
           inodes.forget(ino, 1);
           this.files.delete(fh);
-          void this.writes.release(state);
+          this.releaseUnopened(state);
           return;
         }
         node.entryToldAt = performance.now();
@@ -103,7 +108,7 @@ export class WriteOps {
         if (node) node.cachedGeneration = null;
         if (!a.open(fh, writable ? OPEN_FLAGS.FLUSH : 0)) {
           this.files.delete(fh);
-          void this.writes.release(state);
+          this.releaseUnopened(state);
         }
       },
       (err) => this.failed(a, path, err),

@@ -133,7 +133,9 @@ export class Writes {
       if (this.states.get(state.path) === state) this.states.delete(state.path);
     });
     this.closing.add(closing);
-    void closing.finally(() => this.closing.delete(closing));
+    // Both ways, not finally(): a failed close reaches its caller; a derived promise would fail again, unheard.
+    const forget = (): void => void this.closing.delete(closing);
+    closing.then(forget, forget);
     return closing;
   }
 
