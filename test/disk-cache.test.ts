@@ -302,6 +302,20 @@ describe('a block cache that meets trouble recovers from it', () => {
   });
 });
 
+describe('block file keys', () => {
+  it("are the layout's hash of bucket, object, generation, block size and block, remembered or not", () => {
+    // Existing caches are found by these names: a change here must come with a new layout version.
+    const k = { bucket: 'b', object: 'dir/o', generation: '17', block: 3, blockSize: 4 * 1024 * 1024 };
+    const expected = createHash('sha256').update(['b', 'dir/o', '17', '4194304', '3'].join('\0')).digest('hex').slice(0, 32);
+    expect(blockFileKey(k)).toBe(expected);
+    expect(blockFileKey({ ...k })).toBe(expected); // from the recent keys
+    // Past the recent keys' bound (forgotten all at once), still the same names.
+    for (let i = 0; i < 20_000; i++) blockFileKey({ ...k, block: 100 + i });
+    expect(blockFileKey(k)).toBe(expected);
+    expect(blockFileKey({ ...k, block: 4 })).not.toBe(expected);
+  });
+});
+
 describe('the layout version', () => {
   it('starts a v2 cache beside a v1 one, drops the v1 table and removes the v1 folder in the background', async () => {
     const dir = await tempDir('cache');
