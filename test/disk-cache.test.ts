@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { writeAndRename } from '../src/blocks/block-files.js';
 import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
+import { FreeSpaceMargin } from '../src/blocks/free-space.js';
 import { blockFileKey, BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
@@ -299,6 +300,22 @@ describe('a block cache that meets trouble recovers from it', () => {
       process.umask(old);
       await fsp.rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the free-space margin', () => {
+  it('estimates free space from a recent statfs less what the cache wrote since, and asks again after 100 ms', async () => {
+    const dir = await tempDir('margin');
+    const margin = FreeSpaceMargin.of(dir)!;
+    const first = margin.freeBytes()!;
+    if (first - margin.bytes < 4 * 1024 ** 3) return; // this disk is too full to be far above the margin
+    margin.wrote(1024 ** 3);
+    // Far above the margin: the sample less what was written, to the byte (a statfs would not say so).
+    expect(margin.freeBytes()).toBe(first - 1024 ** 3);
+    await new Promise((r) => setTimeout(r, 120));
+    const fresh = margin.freeBytes()!;
+    expect(Math.abs(fresh - first)).toBeLessThan(256 * 1024 ** 2);
+    await fsp.rm(dir, { recursive: true, force: true });
   });
 });
 

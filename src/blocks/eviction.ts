@@ -68,6 +68,7 @@ export class CacheSpace {
   /** The reserved block's file is on disk: statfs shows its bytes now. */
   written(size: number): void {
     this.unwritten -= size;
+    this.margin?.wrote(size);
   }
 
   /** The reserved block was not stored after all; `written`: whether its file had reached the disk. */
