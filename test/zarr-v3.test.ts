@@ -131,6 +131,12 @@ describe('Zarr v3: sharded arrays and consolidated metadata', () => {
       tb.emulator.resetStats();
       await read(root, c.array, '--order', c.order);
       expect(media()).toEqual([]);
+      // Each shard is reopened per inner chunk: its blocks stay in memory between opens, so the warm epoch
+      // loads no block from disk more than once (it loaded each 2-5 times when every open reloaded it).
+      const after = (await mountStats(m.path)).counters;
+      const shardBlocks = (await run('find', [join(local, 'seq', c.array, 'c'), '-type', 'f', '-printf', '%s\\n'])).stdout.split('\n').filter(Boolean).reduce((n, size) => n + Math.ceil(Number(size) / MIB), 0);
+      expect((after.block_cache_hits ?? 0) - (counters.block_cache_hits ?? 0)).toBeLessThanOrEqual(shardBlocks);
+      expect((after.block_memory_hits ?? 0) - (counters.block_memory_hits ?? 0)).toBeGreaterThan(0);
       await unmount(m.path);
     });
   }

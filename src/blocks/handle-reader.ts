@@ -13,6 +13,11 @@ export interface HandleReaderConfig {
   budget: ReadaheadBudget;
   /** The mount's memory budget: a handle gives back the blocks it holds when a read waits for memory. */
   memory?: MemoryBudget;
+  /**
+   * Its blocks stay in memory a while after this handle lets go (BlockSource's recent blocks): a file
+   * opened again for each small read, as zarr does a shard per inner chunk.
+   */
+  keepRecent?: boolean;
 }
 
 /** A handle that has not been read for this long gives back even its current block when memory is short. */
@@ -97,7 +102,7 @@ export class HandleReader {
     // memory can never be what keeps each other waiting (each holding one block of a read across two).
     const parts = wanted.map((b, i) => {
       if (b.value) return Promise.resolve(copyPart(i, b.value));
-      return this.source.get(this.meta, first + i, 'demand').then((ref) => {
+      return this.source.get(this.meta, first + i, 'demand', undefined, this.cfg.keepRecent).then((ref) => {
         try {
           return copyPart(i, ref);
         } finally {
@@ -149,7 +154,7 @@ export class HandleReader {
     const held = this.advance(pos, end)[0]!;
     let ref: Promise<BlockData>;
     try {
-      ref = held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, first, 'demand');
+      ref = held.value ? Promise.resolve(held.value.retain()) : this.source.get(this.meta, first, 'demand', undefined, this.cfg.keepRecent);
     } finally {
       this.pinned = null;
     }
@@ -247,7 +252,7 @@ export class HandleReader {
   private hold(index: number, ahead: boolean): HeldBlock {
     const existing = this.held.get(index);
     if (existing) return existing;
-    const data = this.source.get(this.meta, index, ahead ? 'readahead' : 'demand');
+    const data = this.source.get(this.meta, index, ahead ? 'readahead' : 'demand', undefined, this.cfg.keepRecent);
     const block: HeldBlock = { data, value: null, ahead, dropped: false };
     data.then(
       (value) => {

@@ -389,6 +389,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     disk?.close();
     log.debug('stopping: block cache closed');
     prefetchStore.close();
+    blocks.close();
     buffers.close();
     memory.close();
     log.debug('stopping: memory released');

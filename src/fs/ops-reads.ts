@@ -46,7 +46,7 @@ export class ReadOps {
         // handle reads nothing ahead (a block past one inner chunk is a guess the prefetcher makes better).
         deps.prefetcher?.opening(path, meta);
         const followed = deps.prefetcher?.followsReads(meta) ?? false;
-        const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0 } : deps.reader);
+        const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0, keepRecent: true } : deps.reader);
         const fh = handles.add(path, reader);
         // Blocks of this generation already on disk are read natively from the first read on.
         const file = deps.fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
