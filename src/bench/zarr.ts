@@ -62,6 +62,8 @@ interface Measured {
 }
 
 export async function zarrScenario(): Promise<string> {
+  // Before any work: its ratios are against rclone (a missing one once ended the bench with a stack trace).
+  if ((await sh('sh', ['-c', 'command -v rclone'])).code !== 0) throw new Error('the zarr scenario compares with rclone, which is not installed here (apt-get install rclone)');
   const b = await benchBucket('zarr-bench');
   const local = join(b.root, b.bucket, PREFIX);
   const rows: Measured[] = [];
@@ -257,8 +259,11 @@ async function rcloneMount(b: BenchBucket, cacheDir: string): Promise<{ path: st
     { stdio: 'ignore' },
   );
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  let failed: Error | null = null;
+  child.once('error', (err) => (failed = err));
   const deadline = Date.now() + 30_000;
   while (!(await isMounted(path))) {
+    if (failed) throw new Error(`rclone mount could not start: ${(failed as Error).message}`);
     if (child.exitCode !== null) throw new Error(`rclone mount exited ${child.exitCode}; see ${join(b.dir, 'rclone.log')}`);
     if (Date.now() > deadline) throw new Error('rclone mount did not appear');
     await new Promise((r) => setTimeout(r, 100));
