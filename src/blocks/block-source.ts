@@ -86,7 +86,7 @@ export class BlockSource {
 
   constructor(private readonly deps: BlockSourceDeps) {
     this.blockSize = deps.buffers.blockSize;
-    this.recent = new RecentBlocks(Math.min(RECENT_MAX_BYTES, Math.floor(deps.buffers.budget.limit * RECENT_SHARE)), deps.buffers.budget);
+    this.recent = new RecentBlocks(Math.min(RECENT_MAX_BYTES, Math.floor(deps.buffers.budget.limit * RECENT_SHARE)), deps.buffers.budget, this.blockSize);
     deps.metrics.setGauge('memory_recent_blocks_bytes', () => this.recent.bytes);
     deps.metrics.setGauge('downloads_in_flight', () => deps.scheduler.inFlight);
     deps.metrics.setGauge('downloads_queued', () => deps.scheduler.queued);

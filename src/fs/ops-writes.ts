@@ -44,9 +44,12 @@ export class WriteOps {
     private readonly writes: Writes,
   ) {}
 
-  /** The open was interrupted before the kernel had the handle: the state loses that handle, nobody waits. */
-  private releaseUnopened(state: WriteState): void {
-    this.writes.release(state).catch((err: unknown) => this.ctx.deps.log.warn({ path: state.path, err: String(err) }, 'closing a file whose open was interrupted'));
+  /**
+   * A handle the kernel no longer has (released, or its open interrupted): the state loses it and nobody
+   * waits (RELEASE is answered at once; a failed upload was reported at FLUSH and logged by close()).
+   */
+  private releaseDetached(state: WriteState): void {
+    this.writes.release(state).catch((err: unknown) => this.ctx.deps.log.warn({ path: state.path, err: String(err) }, 'closing a file open for writing failed'));
   }
 
   static isWriteHandle(fh: number): boolean {
@@ -81,7 +84,7 @@ export class WriteOps {
         if (!a.create(attr, deps.timeouts.entrySec, deps.timeouts.attrSec, fh, OPEN_FLAGS.FLUSH)) {
           inodes.forget(ino, 1);
           this.files.delete(fh);
-          this.releaseUnopened(state);
+          this.releaseDetached(state);
           return;
         }
         node.entryToldAt = performance.now();
@@ -108,7 +111,7 @@ export class WriteOps {
         if (node) node.cachedGeneration = null;
         if (!a.open(fh, writable ? OPEN_FLAGS.FLUSH : 0)) {
           this.files.delete(fh);
-          this.releaseUnopened(state);
+          this.releaseDetached(state);
         }
       },
       (err) => this.failed(a, path, err),
@@ -177,7 +180,7 @@ export class WriteOps {
     const h = this.files.get(fh);
     this.files.delete(fh);
     a.ok();
-    if (h) void this.writes.release(h.state);
+    if (h) this.releaseDetached(h.state);
   }
 
   /** SETATTR: size (truncate) and mtime change the file; mode, owner and atime are accepted and not kept (gcsfuse's rule). */
