@@ -1,5 +1,4 @@
 import { crc32c } from '../crc32c.js';
-import { RecentBlocks } from './recent-blocks.js';
 import { GcsError } from '../gcs/errors.js';
 import type { ObjectClient, ObjectMeta, RangeHash, ReadPriority } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
@@ -8,6 +7,7 @@ import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buff
 import type { BlockRow } from './block-index.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
+import { RecentBlocks } from './recent-blocks.js';
 
 /** A whole object that keeps failing its checksum is not going to get better by asking forever. */
 const CORRUPT_ATTEMPTS = 3;
@@ -58,19 +58,19 @@ interface Pending {
 }
 
 /**
+ * Blocks of followed shards kept in memory after their readers let go (see RecentBlocks): an eighth of
+ * the memory budget, at most 512 MiB. 16 blocks were too few for 16 readers of shards, who drift apart
+ * as their processes start (a warm epoch still loaded each block two to three times from disk).
+ */
+const RECENT_SHARE = 1 / 8;
+const RECENT_MAX_BYTES = 512 * 2 ** 20;
+
+/**
  * Where every open file gets its blocks: the disk cache when it has them, otherwise GCS through the
  * download scheduler. One load per block at a time: readers of a block in flight wait on the same
  * load, whichever file they opened, and a reader that waits on a queued readahead promotes it.
  * Every caller of get() receives its own reference to the block and must release it.
  */
-/**
- * Blocks read by JavaScript kept in memory after their readers let go (see RecentBlocks): an eighth of
- * the memory budget, at most 512 MiB. 16 blocks were too few for 16 readers of shards, who drift apart
- * as their processes start (a warm epoch still loaded each block twice to three times from disk).
- */
-const RECENT_SHARE = 1 / 8;
-const RECENT_MAX_BYTES = 512 * 2 ** 20;
-
 export class BlockSource {
   readonly blockSize: number;
   /**
