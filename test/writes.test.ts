@@ -87,6 +87,8 @@ dst.close()`,
     expect(stats1.gcs_uploads_started! - stats0.gcs_uploads_started!).toBe(1);
     expect(stats1.gcs_upload_chunks! - stats0.gcs_upload_chunks!).toBe(4);
     expect(stats1.write_streamed_files! - (stats0.write_streamed_files ?? 0)).toBe(1);
+    // Every chunk went from memory: the staged copy was written once (O_DIRECT) and never read back for them.
+    expect(stats1.write_chunks_from_memory! - (stats0.write_chunks_from_memory ?? 0)).toBe(4);
     // The session's start and four chunks; a lookup of the new name at most besides.
     const d = delta(requests(tb), before);
     expect(d.upload).toBe(5);

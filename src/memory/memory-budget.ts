@@ -1,8 +1,10 @@
 /**
  * Who asks for memory. Demand (a read waits on these bytes) waits for them; readahead and prefetch are
  * guesses, which take memory only when it is plentiful and nobody waits, and are skipped otherwise.
+ * 'write' is a streamed file's bytes held ahead of its staged copy: taken on the same terms as a guess
+ * (a refusal sends the write through the page cache instead), not counted as one.
  */
-export type MemoryUse = 'demand' | 'readahead' | 'prefetch';
+export type MemoryUse = 'demand' | 'readahead' | 'prefetch' | 'write';
 
 /**
  * How hard a reclaimer is asked to give memory back. 'spare': what nobody is reading now (blocks fetched

@@ -29,6 +29,7 @@ export const COUNTERS = {
   write_uploads: 'files uploaded at close or fsync (streamed, staged or one-shot)',
   write_upload_ms: 'milliseconds from a close or fsync to its upload finished, summed (their mean is this over write_uploads)',
   write_streamed_files: 'new files whose bytes went to GCS as they were written (a resumable session fed while writing)',
+  write_chunks_from_memory: 'upload chunks of streamed files sent from memory (their staged copy written with O_DIRECT, not read back)',
   write_stream_stops: 'streamed files that stopped streaming (an out-of-order write or a truncate into sent bytes): uploaded whole at close',
   write_estale: 'closes and fsyncs that failed with ESTALE: the object changed behind the mount (the other writer kept)',
   write_failures: 'uploads that failed otherwise (EIO to the close or fsync; the staged file kept for a retry)',

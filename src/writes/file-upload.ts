@@ -1,10 +1,10 @@
-import type { promises as fsp } from 'node:fs';
 import { crc32c } from '../crc32c.js';
 import { GcsError, isGcsError, isSessionExpired, UploadOffsetError } from '../gcs/errors.js';
 import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
 import { crc32cBase64 } from '../gcs/uploads.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { UploadSource } from './staged-copy.js';
 import type { UploadBuffers } from './upload-buffers.js';
 
 /** Chunks of resumable uploads in flight mount-wide (--write-global-max-blocks): each holds a chunk of memory. */
@@ -43,7 +43,7 @@ export interface UploadDeps {
 
 /**
  * One object's upload from its staged file, fed as the file grows (streaming) or all at once at close:
- * a resumable session whose chunks are read from the staged file, in order, one at a time (GCS commits a
+ * a resumable session whose chunks are read from the staged file (or lent from its memory), in order, one at a time (GCS commits a
  * session's bytes in order). The CRC32C of the bytes sent so far is carried along, so the finalize sends
  * the whole object's without reading the file again. A cut, 429 or 5xx chunk is resumed by putChunk from
  * GCS's committed offset; a session GCS no longer knows, or one that holds fewer bytes than were sent,
@@ -58,7 +58,7 @@ export class FileUpload {
   constructor(
     private readonly deps: UploadDeps,
     private readonly name: string,
-    private readonly file: fsp.FileHandle,
+    private readonly file: UploadSource,
     private readonly opts: { ifGenerationMatch: string } & NewObjectAttrs,
   ) {}
 
@@ -95,7 +95,7 @@ export class FileUpload {
     const reservation = await memory.reserve(Math.max(1, size));
     try {
       const bytes = Buffer.allocUnsafe(size);
-      await readFully(this.file, bytes, 0);
+      await this.file.read(0, bytes);
       try {
         return await client.uploadObject(this.name, bytes, this.opts);
       } catch (err) {
@@ -131,11 +131,14 @@ export class FileUpload {
     const from = this.committed;
     const length = to - from;
     const release = await slots.take();
-    const buffer = await buffers.take(length);
+    // A streamed file's chunk is still in memory: sent from there, not read back from the staged file.
+    const held = this.file.borrow(from, to);
+    const buffer = held ?? (await buffers.take(length));
     try {
       this.session ??= await client.startUpload(this.name, this.opts);
       const bytes = buffer.bytes;
-      await readFully(this.file, bytes, from);
+      if (held) metrics.inc('write_chunks_from_memory');
+      else await this.file.read(from, bytes);
       const crc = crc32c(bytes, this.crc);
       const final = finalSize === null ? undefined : { size: finalSize, crc32c: crc32cBase64(crc) };
       try {
@@ -159,19 +162,6 @@ export class FileUpload {
       buffer.release();
       release();
     }
-  }
-}
-
-/** Reads `into.length` bytes at `pos` (a staged file never ends early: it was written up to its size). */
-export async function readFully(file: fsp.FileHandle, into: Buffer, pos: number): Promise<void> {
-  let done = 0;
-  while (done < into.length) {
-    const { bytesRead } = await file.read(into, done, into.length - done, pos + done);
-    if (bytesRead === 0) {
-      into.fill(0, done); // a hole past the end: zeros, as a read of a sparse file gives
-      return;
-    }
-    done += bytesRead;
   }
 }
 

@@ -1,23 +1,117 @@
-import type { promises as fsp } from 'node:fs';
+import { constants as fsConstants, promises as fsp } from 'node:fs';
 import { unlink } from 'node:fs/promises';
+import { DIRECT_ALIGN } from '../blocks/block-files.js';
 import type { BlockSource } from '../blocks/block-source.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
-import { readFully } from './file-upload.js';
-import type { StagingDir } from './staging.js';
+import type { UploadBuffer, UploadBuffers } from './upload-buffers.js';
+
+/** Bytes of the file lent from memory (until released). */
+export interface HeldBytes {
+  readonly bytes: Buffer;
+  release(): void;
+}
+
+/** What an upload reads a file's bytes from. */
+export interface UploadSource {
+  /** `into.length` bytes at `pos` (zeros past the end, as a sparse file reads). */
+  read(pos: number, into: Buffer): Promise<void>;
+  /** Bytes [from, to) where they are still in memory, without a copy; null otherwise. */
+  borrow(from: number, to: number): HeldBytes | null;
+}
+
+/** A streamed file keeps its bytes in memory only from this size on: small files stay on the plain path. */
+const MEMORY_FROM_BYTES = 1024 * 1024;
+
+/** A chunk of a streamed file in memory: the tail being written, or a full chunk on its way to disk and GCS. */
+class MemoryChunk {
+  length = 0;
+  /** The chunk's write to the staged file, once it is full (never rejects). */
+  onDisk: Promise<void> = Promise.resolve();
+  private refs = 1;
+
+  constructor(
+    readonly start: number,
+    private readonly buffer: UploadBuffer,
+  ) {}
+
+  get bytes(): Buffer {
+    return this.buffer.bytes;
+  }
+
+  get aligned(): boolean {
+    return this.buffer.aligned;
+  }
+
+  get end(): number {
+    return this.start + this.length;
+  }
+
+  get full(): boolean {
+    return this.length === this.buffer.bytes.length;
+  }
+
+  retain(): this {
+    this.refs++;
+    return this;
+  }
+
+  release(): void {
+    if (--this.refs === 0) this.buffer.release();
+  }
+}
+
+export interface StagedMemory {
+  buffers: UploadBuffers;
+  /**
+   * Called when bytes have waited in memory for `idleMs` without an append; expected to spill() them in
+   * turn with the file's changes: a writer that pauses (a log, a job between epochs) must not keep chunks
+   * of the memory budget from readers.
+   */
+  whenIdle: () => void;
+  idleMs?: number;
+}
+
+const MEMORY_IDLE_MS = 5000;
 
 /**
  * A file's whole bytes in the temp dir, while it is open for writing: what reads of it answer from, what
  * uploads send (again, after a lost session), and what goes into the block cache once uploaded.
+ *
+ * A streamed file (a new file written in order) keeps its newest bytes in memory, a chunk of the upload's
+ * size at a time: the upload sends a chunk from there, and a full chunk goes to the staged file with
+ * O_DIRECT. Written through the page cache instead, the staged copy's write and read back were the bulk
+ * of a streamed GiB's CPU (perf: 37% + 11% of the daemon's cycles). Memory is authoritative for the
+ * ranges it holds: any write that is not an append, and any truncate, first spills it to the file.
  */
-export class StagedCopy {
+export class StagedCopy implements UploadSource {
+  /** The chunk appends go into. */
+  private tail: MemoryChunk | null = null;
+  /** Full chunks, written (or being written) to the file, kept until the upload has sent them. */
+  private readonly full: MemoryChunk[] = [];
+  /** The same file opened with O_DIRECT, once first wanted: null when the file system refuses the flag. */
+  private direct: Promise<fsp.FileHandle | null> | null = null;
+  /**
+   * Bytes held only in memory could not be written to the file: from then on the staged copy lacks them,
+   * so every change, read and upload fails (EIO) rather than send a file with a hole in it.
+   */
+  private diskFailure: Error | null = null;
+  private lastAppend = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+
   private constructor(
     readonly path: string,
     readonly handle: fsp.FileHandle,
+    private readonly memory: StagedMemory | null,
   ) {}
 
-  static async create(staging: StagingDir): Promise<StagedCopy> {
+  static async create(staging: { create(): Promise<{ path: string; handle: fsp.FileHandle }> }, memory: StagedMemory | null = null): Promise<StagedCopy> {
     const { path, handle } = await staging.create();
-    return new StagedCopy(path, handle);
+    return new StagedCopy(path, handle, memory);
+  }
+
+  /** Bytes of the file held in memory now. */
+  get memoryBytes(): number {
+    return this.full.reduce((n, c) => n + c.length, 0) + (this.tail?.length ?? 0);
   }
 
   /** The object's bytes, block by block through the block cache (which keeps them too). */
@@ -33,23 +127,218 @@ export class StagedCopy {
     }
   }
 
-  async write(pos: number, data: Buffer): Promise<void> {
+  /**
+   * `data` at `pos`; `append` says the write extends a streamed file at its end, whose bytes may then
+   * stay in memory until a chunk is full.
+   */
+  async write(pos: number, data: Buffer, append = false): Promise<void> {
+    this.checkDisk();
+    if (this.tail && (!append || pos !== this.tail.end)) await this.spill();
+    else if (!append && this.full.length > 0) await this.spill();
     let done = 0;
-    while (done < data.length) done += (await this.handle.write(data, done, data.length - done, pos + done)).bytesWritten;
+    while (append && done < data.length) {
+      const tail = this.tail ?? (await this.startTail(pos + done));
+      if (!tail) break;
+      const n = Math.min(data.length - done, tail.bytes.length - tail.length);
+      data.copy(tail.bytes, tail.length, done, done + n);
+      tail.length += n;
+      done += n;
+      if (tail.full) this.seal();
+    }
+    if (done > 0) this.watchIdle();
+    if (done < data.length) await writeAll(this.handle, data.subarray(done), pos + done);
   }
 
   /** `into.length` bytes at `pos` (zeros past the end, as a sparse file reads). */
-  read(pos: number, into: Buffer): Promise<void> {
-    return readFully(this.handle, into, pos);
+  async read(pos: number, into: Buffer): Promise<void> {
+    this.checkDisk();
+    const end = pos + into.length;
+    // Held before the file is read: a chunk whose write lands meanwhile cannot go while its bytes are wanted.
+    const held = this.chunks()
+      .filter((c) => c.start < end && c.end > pos)
+      .map((c) => ({ chunk: c.retain(), end: c.end }));
+    try {
+      await readFully(this.handle, into, pos);
+      for (const { chunk, end: chunkEnd } of held) {
+        const from = Math.max(pos, chunk.start);
+        const to = Math.min(end, chunkEnd);
+        chunk.bytes.copy(into, from - pos, from - chunk.start, to - chunk.start);
+      }
+    } finally {
+      for (const { chunk } of held) chunk.release();
+    }
   }
 
-  truncate(size: number): Promise<void> {
-    return this.handle.truncate(size);
+  borrow(from: number, to: number): HeldBytes | null {
+    const chunk = this.chunks().find((c) => c.start <= from && to <= c.end);
+    if (!chunk) return null;
+    chunk.retain();
+    let given = false;
+    return {
+      bytes: chunk.bytes.subarray(from - chunk.start, to - chunk.start),
+      release: () => {
+        if (given) return;
+        given = true;
+        chunk.release();
+      },
+    };
+  }
+
+  /** The upload has sent bytes up to `upTo`: full chunks below it are needed no more (once on disk). */
+  sent(upTo: number): void {
+    while (this.full.length > 0 && this.full[0]!.end <= upTo) this.full.shift()!.release();
+  }
+
+  /**
+   * For the block cache: `into.length` bytes at `pos`, with O_DIRECT where the memory allows
+   * (`directCapacity` aligned bytes at `into`'s start): the streamed bytes are not in the page cache, and
+   * a buffered read would fetch them into it only to copy them out.
+   */
+  async readForCache(pos: number, into: Buffer, directCapacity: number): Promise<void> {
+    this.checkDisk();
+    const padded = Math.ceil(into.length / DIRECT_ALIGN) * DIRECT_ALIGN;
+    const direct = this.tail || this.full.length > 0 || pos % DIRECT_ALIGN !== 0 || directCapacity < padded ? null : await this.directHandle();
+    if (direct) {
+      try {
+        const view = Buffer.from(into.buffer, into.byteOffset, padded);
+        let done = 0;
+        while (done < into.length) {
+          const { bytesRead } = await direct.read(view, done, padded - done, pos + done);
+          if (bytesRead === 0) break;
+          done += bytesRead;
+        }
+        if (done < into.length) into.fill(0, done);
+        return;
+      } catch {
+        // EINVAL from an unaligned short read, say: the plain read below is always right.
+      }
+    }
+    await this.read(pos, into);
+  }
+
+  /** Every byte held in memory written to the file, and the memory given back. */
+  async spill(): Promise<void> {
+    const tail = this.tail;
+    this.tail = null;
+    const full = this.full.splice(0);
+    try {
+      await Promise.all(full.map((c) => c.onDisk));
+      if (tail && tail.length > 0) await writeAll(this.handle, tail.bytes.subarray(0, tail.length), tail.start);
+    } catch (err) {
+      this.broken(err);
+    } finally {
+      for (const c of full) c.release();
+      tail?.release();
+    }
+    this.checkDisk();
+  }
+
+  async truncate(size: number): Promise<void> {
+    await this.spill();
+    await this.handle.truncate(size);
   }
 
   /** Closes and deletes the file. */
   async remove(): Promise<void> {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+    await this.spill().catch(() => undefined);
     await this.handle.close().catch(() => undefined);
+    await (await this.direct)?.close().catch(() => undefined);
     await unlink(this.path).catch(() => undefined);
+  }
+
+  // ---------------------------------------------------------------- inside
+
+  private watchIdle(): void {
+    this.lastAppend = Date.now();
+    const idleMs = this.memory!.idleMs ?? MEMORY_IDLE_MS;
+    this.idleTimer ??= setTimeout(() => this.idleCheck(idleMs), idleMs).unref();
+  }
+
+  private idleCheck(idleMs: number): void {
+    this.idleTimer = null;
+    if (this.memoryBytes === 0) return;
+    const idle = Date.now() - this.lastAppend;
+    if (idle >= idleMs) this.memory!.whenIdle();
+    else this.idleTimer = setTimeout(() => this.idleCheck(idleMs), idleMs - idle).unref();
+  }
+
+  private chunks(): MemoryChunk[] {
+    return this.tail ? [...this.full, this.tail] : this.full;
+  }
+
+  private checkDisk(): void {
+    if (this.diskFailure) throw this.diskFailure;
+  }
+
+  private broken(err: unknown): void {
+    this.diskFailure ??= new Error(`the staged copy ${this.path} lost bytes held in memory: ${err instanceof Error ? err.message : String(err)}`);
+  }
+
+  /** Memory for the chunk holding `pos`, its earlier bytes read from the file; null to write through the page cache. */
+  private async startTail(pos: number): Promise<MemoryChunk | null> {
+    if (!this.memory || pos < MEMORY_FROM_BYTES) return null;
+    const buffer = this.memory.buffers.tryTakeChunk();
+    if (!buffer) return null;
+    const start = pos - (pos % buffer.bytes.length);
+    const tail = new MemoryChunk(start, buffer);
+    try {
+      if (pos > start) await readFully(this.handle, buffer.bytes.subarray(0, pos - start), start);
+    } catch (err) {
+      tail.release();
+      throw err;
+    }
+    tail.length = pos - start;
+    this.tail = tail;
+    return tail;
+  }
+
+  /** The tail is full: to the file in the background (the upload sends it from memory meanwhile). */
+  private seal(): void {
+    const chunk = this.tail!;
+    this.tail = null;
+    this.full.push(chunk);
+    chunk.retain();
+    chunk.onDisk = this.writeChunk(chunk)
+      .catch((err: unknown) => this.broken(err))
+      .finally(() => chunk.release());
+  }
+
+  private async writeChunk(chunk: MemoryChunk): Promise<void> {
+    const bytes = chunk.bytes.subarray(0, chunk.length);
+    const direct = chunk.aligned && chunk.start % DIRECT_ALIGN === 0 && chunk.length % DIRECT_ALIGN === 0 ? await this.directHandle() : null;
+    if (direct) {
+      try {
+        await writeAll(direct, bytes, chunk.start);
+        return;
+      } catch {
+        // A short O_DIRECT write leaves the rest unaligned (EINVAL): the plain write below redoes it all.
+      }
+    }
+    await writeAll(this.handle, bytes, chunk.start);
+  }
+
+  private directHandle(): Promise<fsp.FileHandle | null> {
+    this.direct ??= fsp.open(this.path, fsConstants.O_RDWR | fsConstants.O_DIRECT).catch(() => null);
+    return this.direct;
+  }
+}
+
+async function writeAll(file: fsp.FileHandle, data: Buffer, pos: number): Promise<void> {
+  let done = 0;
+  while (done < data.length) done += (await file.write(data, done, data.length - done, pos + done)).bytesWritten;
+}
+
+/** Reads `into.length` bytes at `pos` (a staged file never ends early: it was written up to its size). */
+async function readFully(file: fsp.FileHandle, into: Buffer, pos: number): Promise<void> {
+  let done = 0;
+  while (done < into.length) {
+    const { bytesRead } = await file.read(into, done, into.length - done, pos + done);
+    if (bytesRead === 0) {
+      into.fill(0, done); // a hole past the end: zeros, as a read of a sparse file gives
+      return;
+    }
+    done += bytesRead;
   }
 }

@@ -1,28 +1,39 @@
+import { adviseHugePages, discardMemory } from '../block-memory.js';
 import type { MemoryBudget, Reservation } from '../memory/memory-budget.js';
 
-/** A chunk's memory, lent for one upload request. */
+/** A chunk's memory, lent for one upload request or one streamed file's chunk. */
 export interface UploadBuffer {
   readonly bytes: Buffer;
+  /** Page-aligned (O_DIRECT may write it straight from here). */
+  readonly aligned: boolean;
   release(): void;
 }
 
 interface Pooled {
   buffer: Buffer;
+  /** The page-aligned memory under `buffer`, or null for a plain Buffer. */
+  memory: ArrayBuffer | null;
   reservation: Reservation;
 }
+
+/** WebAssembly memory comes in pages of 64 KiB. */
+const WASM_PAGE = 65536;
 
 /**
  * Memory for upload chunks, reused between chunks. A fresh 32 MiB Buffer is a fresh mmap: every page of
  * it faults and is zeroed by the kernel before the staged file's bytes are read into it, which cost more
  * CPU than the read itself (perf, 1 GiB streamed: 10% of the daemon's cycles in clear_page). A buffer
  * keeps its reservation of the memory budget while it waits here, so the budget always sees it;
- * buffers idle for `idleMs`, or wanted by a read waiting for memory, are given back.
+ * buffers idle for `idleMs`, or wanted by a read waiting for memory, are given back. Chunk-sized buffers
+ * are page-aligned (a WebAssembly.Memory each, as block buffers are) so a streamed file's chunk can go to
+ * its staged copy with O_DIRECT, past the page cache.
  */
 export class UploadBuffers {
   private readonly free: Pooled[] = [];
   private timer: NodeJS.Timeout | null = null;
   private lastUse = 0;
   private readonly unregister: () => void;
+  private alignedRefused = false;
 
   constructor(
     private readonly memory: MemoryBudget,
@@ -33,7 +44,7 @@ export class UploadBuffers {
   ) {
     // A read waiting for memory gets idle chunk buffers first: they hold nothing anyone needs.
     this.unregister = memory.addReclaimer((_level, short) => {
-      while (this.free.length > 0 && short()) this.free.pop()!.reservation.release();
+      while (this.free.length > 0 && short()) this.discard(this.free.pop()!);
     });
   }
 
@@ -42,27 +53,34 @@ export class UploadBuffers {
     return this.free.length * this.chunkBytes;
   }
 
+  get chunkSize(): number {
+    return this.chunkBytes;
+  }
+
+  /** A buffer for an upload request: waits for memory when the budget is spent. */
   async take(length: number): Promise<UploadBuffer> {
     this.lastUse = Date.now();
     if (length > this.chunkBytes) {
       const reservation = await this.memory.reserve(length);
-      return { bytes: Buffer.allocUnsafe(length), release: () => reservation.release() };
+      return { bytes: Buffer.allocUnsafe(length), aligned: false, release: () => reservation.release() };
     }
+    const pooled = this.free.pop() ?? this.fresh(await this.memory.reserve(this.chunkBytes));
+    return this.lend(pooled, length);
+  }
+
+  /**
+   * A whole chunk for a streamed file's bytes, now or never: memory is taken only as a guess would take
+   * it (leaving demand its headroom), since the file can always go through the page cache instead.
+   */
+  tryTakeChunk(): UploadBuffer | null {
+    this.lastUse = Date.now();
     let pooled = this.free.pop();
     if (!pooled) {
-      const reservation = await this.memory.reserve(this.chunkBytes);
-      pooled = { buffer: Buffer.allocUnsafeSlow(this.chunkBytes), reservation };
+      const reservation = this.memory.tryReserve(this.chunkBytes, 'write');
+      if (!reservation) return null;
+      pooled = this.fresh(reservation);
     }
-    const lent = pooled;
-    let given = false;
-    return {
-      bytes: lent.buffer.subarray(0, length),
-      release: () => {
-        if (given) return;
-        given = true;
-        this.giveBack(lent);
-      },
-    };
+    return this.lend(pooled, this.chunkBytes);
   }
 
   /** Idle buffers' memory back to the budget and none kept from now on (the mount stops). */
@@ -73,15 +91,49 @@ export class UploadBuffers {
 
   /** Every idle buffer's memory back to the budget (nothing uploads, or a reader waits for memory). */
   drop(): void {
-    for (const p of this.free.splice(0)) p.reservation.release();
+    for (const p of this.free.splice(0)) this.discard(p);
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+  }
+
+  private fresh(reservation: Reservation): Pooled {
+    if (!this.alignedRefused && this.chunkBytes % WASM_PAGE === 0) {
+      try {
+        const pages = this.chunkBytes / WASM_PAGE;
+        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
+        adviseHugePages(memory);
+        return { buffer: Buffer.from(memory), memory, reservation };
+      } catch {
+        // Out of address space for another WebAssembly.Memory: plain buffers work, through the page cache.
+        this.alignedRefused = true;
+      }
+    }
+    return { buffer: Buffer.allocUnsafeSlow(this.chunkBytes), memory: null, reservation };
+  }
+
+  private lend(lent: Pooled, length: number): UploadBuffer {
+    let given = false;
+    return {
+      bytes: lent.buffer.subarray(0, length),
+      aligned: lent.memory !== null,
+      release: () => {
+        if (given) return;
+        given = true;
+        this.giveBack(lent);
+      },
+    };
+  }
+
+  private discard(pooled: Pooled): void {
+    // Its pages go back to the system now, not whenever the garbage collector frees the memory.
+    if (pooled.memory) discardMemory(pooled.memory);
+    pooled.reservation.release();
   }
 
   private giveBack(pooled: Pooled): void {
     this.lastUse = Date.now();
     if (this.free.length >= this.keep) {
-      pooled.reservation.release();
+      this.discard(pooled);
       return;
     }
     this.free.push(pooled);

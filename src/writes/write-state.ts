@@ -133,6 +133,8 @@ export class WriteState {
       this.stopStreaming();
       void this.run(() => u.cancel());
     }
+    // Nothing streams any more: bytes held in memory for the stream go to the staged copy.
+    void this.run(async () => this.staged?.spill()).catch((err: unknown) => this.deps.log.warn({ path, err: String(err) }, 'a renamed file lost its staged bytes: its next close fails'));
   }
 
   write(pos: number, data: Buffer): Promise<number> {
@@ -147,7 +149,8 @@ export class WriteState {
       }
       const grows = pos + data.length - this.size;
       if (grows > 0) this.reserveDisk(grows);
-      await this.staged!.write(pos, data);
+      // A streamed file's appends may stay in memory until a chunk is full (staged-copy.ts).
+      await this.staged!.write(pos, data, this.streams && !this.unlinked && pos === this.size);
       this.size = Math.max(this.size, pos + data.length);
       this.touch();
       this.deps.metrics.inc('fuse_write_bytes', data.length);
@@ -222,7 +225,10 @@ export class WriteState {
       const upload = this.upload ?? this.newUpload();
       this.upload = null;
       try {
-        const object = await upload.finish(this.size, this.deps.config.chunkBytes);
+        // The last chunk goes from memory; then the staged copy gets every byte (for the block cache, a
+        // later close, a reader), whether or not the upload worked. A staged copy that could not take
+        // them fails whatever reads it next (never the upload that already has them).
+        const object = await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined));
         this.dirty = false;
         this.expect = object.generation;
         this.source = object;
@@ -249,6 +255,7 @@ export class WriteState {
       const aligned = Math.floor(this.size / UPLOAD_CHUNK_UNIT) * UPLOAD_CHUNK_UNIT;
       try {
         await this.upload?.sendUpTo(aligned, this.deps.config.chunkBytes);
+        this.staged?.sent(this.upload?.committed ?? 0);
       } catch (err) {
         throw this.failed(err);
       }
@@ -307,7 +314,11 @@ export class WriteState {
   /** The staged copy, made at the first change: filled from the source object unless it is about to be emptied. */
   private async ensureStaged(emptying: boolean): Promise<void> {
     if (this.staged) return;
-    const staged = await StagedCopy.create(this.deps.staging);
+    // A writer that pauses puts what it holds in memory on disk, in turn with its changes.
+    const idle = (): void => {
+      this.run(async () => this.staged?.spill()).catch((err: unknown) => this.deps.log.warn({ path: this.path, err: String(err) }, 'an idle file lost its staged bytes: its next close fails'));
+    };
+    const staged = await StagedCopy.create(this.deps.staging, { buffers: this.deps.buffers, whenIdle: idle });
     this.staged = staged;
     const source = this.source;
     if (!source || emptying || source.size === 0) return;
@@ -325,7 +336,7 @@ export class WriteState {
   }
 
   private newUpload(): FileUpload {
-    return new FileUpload(this.deps, this.objectName, this.staged!.handle, {
+    return new FileUpload(this.deps, this.objectName, this.staged!, {
       ifGenerationMatch: this.expect,
       metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) },
     });
@@ -341,8 +352,12 @@ export class WriteState {
         this.deps.metrics.inc('write_streamed_files');
       }
       const upload = this.upload;
+      const staged = this.staged!;
       const to = upload.committed + chunk;
-      this.sending = upload.sendUpTo(to, chunk).finally(() => (this.sending = null));
+      this.sending = upload.sendUpTo(to, chunk).finally(() => {
+        this.sending = null;
+        staged.sent(upload.committed);
+      });
       // A failure shows at close (which uploads from the staged copy again): not here.
       this.sending.catch(() => undefined);
     }
@@ -381,7 +396,7 @@ export class WriteState {
     if (!staged || object.size === 0) return;
     await this.run(() =>
       this.deps.blocks
-        .adoptWritten(object, (pos, into) => staged.read(pos, into))
+        .adoptWritten(object, (pos, into, directCapacity) => staged.readForCache(pos, into, directCapacity))
         .then((n) => this.deps.metrics.inc('write_cached_blocks', n))
         .catch((err: unknown) => this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached')),
     );
