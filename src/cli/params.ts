@@ -1057,7 +1057,7 @@ export const PARAMS = [
     configKey: 'write.max-blocks-per-file',
     type: 'int',
     default: 1,
-    help: 'Chunks a streaming writer may be ahead of its upload before its writes wait',
+    help: 'Whole chunks a streaming writer may have waiting behind the one being uploaded before its writes wait (each file holds at most this + 1 chunks of memory)',
     group: 'Writes',
     effect: 'effective',
     min: 1,

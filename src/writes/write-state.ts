@@ -361,9 +361,12 @@ export class WriteState {
       // A failure shows at close (which uploads from the staged copy again): not here.
       this.sending.catch(() => undefined);
     }
-    // Too far ahead of GCS: the writer waits for the chunk on its way (memory and disk stay bounded).
+    // Too far ahead of GCS: the writer waits for the chunk on its way (memory and disk stay bounded). It
+    // waits as soon as maxChunksAhead whole chunks wait behind the one being sent, before it starts
+    // another: a file then holds at most maxChunksAhead + 1 chunks of memory (64 MiB with the defaults,
+    // as gcsfuse's streaming writes). A writer is far faster than one upload, so GCS is never kept waiting.
     const ahead = this.size - (this.upload?.committed ?? 0);
-    if (this.sending && ahead > chunk * (this.deps.config.maxChunksAhead + 1)) await this.sending.catch(() => undefined);
+    if (this.sending && ahead >= chunk * (this.deps.config.maxChunksAhead + 1)) await this.sending.catch(() => undefined);
   }
 
   private async cancelStream(): Promise<void> {
