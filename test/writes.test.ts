@@ -242,9 +242,9 @@ print(os.stat(p).st_mtime)`,
 });
 
 describe('writes under faults and crashes', () => {
-  it('cut, throttled and failing upload chunks are resumed from the committed offset, never restarted', async () => {
+  it.each([1, 0])('cut, throttled and failing upload chunks are resumed from the committed offset, never restarted (%i download workers)', async (workers) => {
     const tb = await startBucket('faulty');
-    const m = await mount({ tb, args: ['--write-block-size-mb', '1'] });
+    const m = await mount({ tb, args: ['--write-block-size-mb', '1', '--download-workers', String(workers)] });
     tb.emulator.setKnobs({ uploadResetRate: 0.3, rate503: 0.1, seed: 5 });
     const data = bytes(12 * MIB, 3);
     const local = join(await tempDir('src'), 'f');
@@ -255,6 +255,9 @@ describe('writes under faults and crashes', () => {
     const c = (await mountStats(m.path)).counters;
     expect(c.gcs_uploads_started).toBe(1);
     expect(c.gcs_upload_resumes).toBeGreaterThan(0);
+    // With a worker, the chunks (streamed from shared chunk memory) went out on it.
+    if (workers > 0) expect(c.gcs_upload_requests_on_workers).toBeGreaterThan(5);
+    else expect(c.gcs_upload_requests_on_workers ?? 0).toBe(0);
     await unmount(m.path);
   }, 120_000);
 

@@ -388,7 +388,7 @@ export const PARAMS = [
     configKey: 'gcsmount.download-workers',
     type: 'int',
     default: DEFAULT_DOWNLOAD_WORKERS,
-    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) beside the main thread, each with its own connections (default: half the CPUs, at most 8); 0: all on the main thread',
+    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) and send upload chunks beside the main thread, each with its own connections (default: half the CPUs, at most 8); 0: all on the main thread',
     group: 'Downloads',
     effect: 'effective',
     min: 0,

@@ -287,7 +287,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     : null;
   const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
   const cacheHome = disk ? disk.info().dir : null;
-  const writeSide = readOnly(opts) ? null : wireWrites(opts, { client, namespace, names, blocks, memory, cacheHome, ttls: [ttl, negativeTtl], log, metrics });
+  const writeSide = readOnly(opts) ? null : wireWrites(opts, { client, namespace, names, blocks, memory, sharedMemory: downloadWorkers > 0, cacheHome, ttls: [ttl, negativeTtl], log, metrics });
   if (writeSide) undo.push(() => writeSide.close());
   const { onRequest, kernelCache } = createOperations({
     writes: writeSide?.writes ?? null,

@@ -26,6 +26,8 @@ export interface WriteWiringDeps {
   names: NameMapper;
   blocks: BlockSource;
   memory: MemoryBudget;
+  /** Chunk memory shared with the download workers, which send upload chunks from it. */
+  sharedMemory: boolean;
   /** gcsmount's own folder in the cache dir, when there is one (staging goes in it). */
   cacheHome: string | null;
   /** The metadata TTLs: a change made here is shown for as long as a cache may hold what was before it. */
@@ -47,7 +49,7 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
   const changes = new LocalChanges(longest, MAX_LOCAL_CHANGES, (path) => deps.namespace.forget(path));
   const chunkBytes = v['write-block-size-mb'] * MIB;
   const slots = new UploadSlots(v['write-global-max-blocks'] < 0 ? Number.POSITIVE_INFINITY : Math.max(1, v['write-global-max-blocks']));
-  const buffers = new UploadBuffers(deps.memory, chunkBytes, Math.min(slots.max, 4));
+  const buffers = new UploadBuffers(deps.memory, chunkBytes, Math.min(slots.max, 4), 1000, deps.sharedMemory);
   const writes = new Writes({
     client: deps.client,
     names: deps.names,

@@ -1,6 +1,8 @@
 // What crosses between the main thread and a download worker (range-workers.ts, range-worker.ts): one
-// attempt of a range GET out, its outcome back. Plain data only (structured clone); the body's bytes
-// never cross: the worker copies them into the shared block memory the job names.
+// attempt of a range GET out, its outcome back; or one upload request whose body the worker sends, and
+// its answer back. Plain data only (structured clone); the body's bytes never cross: the worker copies
+// a download into the shared block memory the job names, and sends an upload from the shared chunk
+// memory the job names.
 import type { Pool } from 'undici';
 import { DeadlineError, StalledError } from './attempt-limits.js';
 import type { ProxySettings } from './dispatcher.js';
@@ -14,6 +16,7 @@ export interface WorkerSetup {
 }
 
 export interface RangeJob {
+  kind: 'range';
   id: number;
   path: string;
   headers: Record<string, string>;
@@ -47,6 +50,7 @@ export interface SerializedError {
 }
 
 export interface RangeReply {
+  kind: 'range';
   id: number;
   /** Bytes copied into the job's memory (also when it failed part-way: a retry resumes after them). */
   bytes: number;
@@ -55,6 +59,31 @@ export interface RangeReply {
   /** The job's crcOf bytes' CRC32C; null when not asked or the attempt failed. */
   crc32c: number | null;
 }
+
+/** One upload request (a resumable session's chunk PUT) whose body is `length` bytes of `memory` from `offset`. */
+export interface SendJob {
+  kind: 'send';
+  id: number;
+  method: 'PUT';
+  path: string;
+  headers: Record<string, string>;
+  memory: SharedArrayBuffer;
+  offset: number;
+  length: number;
+}
+
+/** Its answer, whole (answers to uploads are small: a 308, an object resource, an error). */
+export interface SendReply {
+  kind: 'send';
+  id: number;
+  statusCode: number;
+  headers: Record<string, string | string[]>;
+  text: string;
+  error: SerializedError | null;
+}
+
+export type WorkerJob = RangeJob | SendJob;
+export type WorkerReply = RangeReply | SendReply;
 
 export function serializeError(err: unknown): SerializedError {
   const message = err instanceof Error ? err.message : String(err);

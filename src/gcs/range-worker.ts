@@ -1,11 +1,12 @@
 // A download worker thread (started by range-workers.ts): its own connection pool to the endpoint; each
 // job is one attempt of a range GET whose body it parses and copies straight into the shared block
-// memory the job names, so that neither the HTTP parsing nor the copy runs on the main thread.
+// memory the job names, so that neither the HTTP parsing nor the copy runs on the main thread; or one
+// upload request sent from shared chunk memory (the socket's copy, and TLS where there is TLS).
 import { parentPort, workerData } from 'node:worker_threads';
 import { crc32c } from '../crc32c.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
-import { serializeError, type RangeJob, type RangeReply, type WorkerEvent, type WorkerSetup } from './range-jobs.js';
+import { serializeError, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
 
 const setup = workerData as WorkerSetup;
 const pool = dispatcherFor(setup.origin, setup.poolOptions, setup.proxy);
@@ -28,13 +29,26 @@ async function run(job: RangeJob): Promise<RangeReply> {
   try {
     await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got);
     const crc = job.crcOf ? crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length)) : null;
-    return { id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
+    return { kind: 'range', id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
   } catch (err) {
-    return { id: job.id, bytes: got.bytes, events, error: serializeError(err), crc32c: null };
+    return { kind: 'range', id: job.id, bytes: got.bytes, events, error: serializeError(err), crc32c: null };
+  }
+}
+
+async function send(job: SendJob): Promise<SendReply> {
+  try {
+    const res = await pool.request({ origin: setup.origin, method: job.method, path: job.path, headers: job.headers, body: Buffer.from(job.memory, job.offset, job.length) });
+    const text = await res.body.text();
+    const headers: Record<string, string | string[]> = {};
+    for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = v;
+    return { kind: 'send', id: job.id, statusCode: res.statusCode, headers, text, error: null };
+  } catch (err) {
+    return { kind: 'send', id: job.id, statusCode: 0, headers: {}, text: '', error: serializeError(err) };
   }
 }
 
 // The main thread ends a worker with terminate(): no message asks it to stop.
-port.on('message', (job: RangeJob) => {
-  void run(job).then((reply) => port.postMessage(reply));
+port.on('message', (job: WorkerJob) => {
+  if (job.kind === 'send') void send(job).then((reply) => port.postMessage(reply));
+  else void run(job).then((reply) => port.postMessage(reply));
 });

@@ -1,6 +1,7 @@
-// Range GETs on worker threads. The main thread keeps the retry policy, the request-rate limiter, the
-// concurrency limit and auth (http-client.ts's withRetry); each attempt's HTTP parsing and body copy run
-// on a worker with a connection pool of its own, straight into the block's shared memory.
+// Range GETs and upload requests on worker threads. The main thread keeps the retry policy, the
+// request-rate limiter, the concurrency limit and auth (http-client.ts's withRetry); each attempt's HTTP
+// parsing and body copy run on a worker with a connection pool of its own, straight into the block's
+// shared memory, and each upload chunk is sent from its shared memory there.
 import { performance as mainPerformance, type EventLoopUtilization } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -8,7 +9,8 @@ import type { CounterName } from '../observe/metrics.js';
 import type { AttemptLimits } from './attempt-limits.js';
 import { GcsError } from './errors.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
-import { deserializeError, type RangeJob, type RangeReply, type WorkerSetup } from './range-jobs.js';
+import { deserializeError, type RangeJob, type SendJob, type WorkerReply, type WorkerSetup } from './range-jobs.js';
+import type { SentResponse } from './responses.js';
 
 // The compiled worker, whether this module runs from dist/ or (under vitest) from src/.
 const WORKER_SCRIPT = fileURLToPath(new URL('../../dist/gcs/range-worker.js', import.meta.url));
@@ -29,9 +31,10 @@ interface Slot {
 
 interface Pending {
   slot: Slot;
-  got: ReceivedRange;
   what: string;
-  resolve: () => void;
+  /** The worker's reply, taken in (resolves or rejects the caller). */
+  answered: (reply: WorkerReply) => void;
+  /** The attempt failed without a reply (its worker died, the workers stopped). */
   reject: (err: Error) => void;
 }
 
@@ -89,6 +92,7 @@ export class RangeWorkers {
     const crcRange = crcOf && crcOf.buffer === out.buffer ? { offset: crcOf.byteOffset, length: crcOf.length } : null;
     const id = this.nextId++;
     const job: RangeJob = {
+      kind: 'range',
       id,
       path,
       headers,
@@ -103,10 +107,49 @@ export class RangeWorkers {
       crcOf: crcRange,
     };
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { slot, got, what, resolve, reject });
-      // A worker with work keeps the process alive; an idle one does not (a tool's process may exit).
-      if (slot.inFlight++ === 0) slot.worker.ref();
-      slot.worker.postMessage(job);
+      const answered = (reply: WorkerReply): void => {
+        if (reply.kind !== 'range') return reject(new GcsError('INVALID', `${what}: a download worker answered with a ${reply.kind} reply`));
+        got.bytes = reply.bytes;
+        if (reply.crc32c !== null) got.crc32c = reply.crc32c;
+        for (const e of reply.events) {
+          if (e[0] === 'observe') this.local.stall?.observe(e[1]);
+          else if (e[0] === 'inc') this.local.metrics.inc(e[1] as CounterName, e[2]);
+          else this.local.log.warn(e[1], e[2]);
+        }
+        if (reply.error) reject(deserializeError(reply.error, what));
+        else resolve();
+      };
+      const failed = (err: Error): void => {
+        got.bytes = 0; // nothing a lost worker wrote counts
+        reject(err);
+      };
+      this.post(slot, job, { slot, what, answered, reject: failed });
+    });
+  }
+
+  /**
+   * One upload request whose body lies in shared memory, sent by a worker (the socket's copy of the
+   * body, and TLS, off the main thread); null when `body` is not in shared memory or no worker runs: the
+   * caller sends it itself. The body must not change until the answer is in.
+   */
+  send(req: { method: 'PUT'; path: string; headers: Record<string, string>; body: Buffer }, what: string): Promise<SentResponse> | null {
+    const slot = this.pick();
+    if (!(req.body.buffer instanceof SharedArrayBuffer) || !slot) return null;
+    const id = this.nextId++;
+    this.local.metrics.inc('gcs_upload_requests_on_workers');
+    const job: SendJob = { kind: 'send', id, method: req.method, path: req.path, headers: req.headers, memory: req.body.buffer, offset: req.body.byteOffset, length: req.body.length };
+    return new Promise((resolve, reject) => {
+      const answered = (reply: WorkerReply): void => {
+        if (reply.kind !== 'send') return reject(new GcsError('INVALID', `${what}: a download worker answered with a ${reply.kind} reply`));
+        if (reply.error) return reject(deserializeError(reply.error, what));
+        const text = reply.text;
+        resolve({
+          statusCode: reply.statusCode,
+          headers: reply.headers,
+          body: { dump: async () => undefined, text: async () => text, json: async () => JSON.parse(text) as unknown },
+        });
+      };
+      this.post(slot, job, { slot, what, answered, reject });
     });
   }
 
@@ -133,6 +176,13 @@ export class RangeWorkers {
     if (outcome === 'late') this.local.log.warn({ waitedMs: TERMINATE_WAIT_MS, inFlight: slot.inFlight }, 'a download worker did not stop in time: going on without it');
   }
 
+  private post(slot: Slot, job: RangeJob | SendJob, pending: Pending): void {
+    this.pending.set(job.id, pending);
+    // A worker with work keeps the process alive; an idle one does not (a tool's process may exit).
+    if (slot.inFlight++ === 0) slot.worker.ref();
+    slot.worker.postMessage(job);
+  }
+
   private pick(): Slot | null {
     let best: Slot | null = null;
     for (const s of this.slots) if (!best || s.inFlight < best.inFlight) best = s;
@@ -143,27 +193,19 @@ export class RangeWorkers {
     const worker = new Worker(WORKER_SCRIPT, { workerData: this.setup });
     worker.unref();
     const slot: Slot = { worker, inFlight: 0, elu: worker.performance.eventLoopUtilization(), utilization: 0 };
-    worker.on('message', (reply: RangeReply) => this.answered(reply));
+    worker.on('message', (reply: WorkerReply) => this.answered(reply));
     // Its attempts fail only at 'exit', once the thread is surely gone: until then it may still write.
     worker.on('error', (err) => this.local.log.warn({ err: err.message }, 'download worker failed'));
     worker.on('exit', (code) => this.lost(slot, `exited with code ${code}`));
     return slot;
   }
 
-  private answered(reply: RangeReply): void {
+  private answered(reply: WorkerReply): void {
     const p = this.pending.get(reply.id);
     if (!p) return;
     this.pending.delete(reply.id);
     if (--p.slot.inFlight === 0) p.slot.worker.unref();
-    p.got.bytes = reply.bytes;
-    if (reply.crc32c !== null) p.got.crc32c = reply.crc32c;
-    for (const e of reply.events) {
-      if (e[0] === 'observe') this.local.stall?.observe(e[1]);
-      else if (e[0] === 'inc') this.local.metrics.inc(e[1] as CounterName, e[2]);
-      else this.local.log.warn(e[1], e[2]);
-    }
-    if (reply.error) p.reject(deserializeError(reply.error, p.what));
-    else p.resolve();
+    p.answered(reply);
   }
 
   /** A worker died: its attempts fail as transient (nothing it wrote counts) and another takes its place. */
@@ -174,7 +216,6 @@ export class RangeWorkers {
     for (const [id, p] of this.pending) {
       if (p.slot !== slot) continue;
       this.pending.delete(id);
-      p.got.bytes = 0;
       p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
     }
     this.local.log.warn({ why }, 'download worker lost: its downloads are retried, and a new worker started');

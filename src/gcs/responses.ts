@@ -79,7 +79,17 @@ export function errorFromStatus(statusCode: number, retryAfter: string | string[
   return new GcsError(codeForStatus(statusCode), `${what}: HTTP ${statusCode}${detail ? ` ${detail}` : ''}`, statusCode, retryAfterSeconds(retryAfter));
 }
 
-export async function errorFromResponse(res: Dispatcher.ResponseData, what: string): Promise<GcsError> {
+/**
+ * What the write path reads of an answer: undici's ResponseData, or one a download worker received and
+ * passed back whole (range-workers.ts's send).
+ */
+export interface SentResponse {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: { dump(): Promise<unknown>; json(): Promise<unknown>; text(): Promise<string> };
+}
+
+export async function errorFromResponse(res: SentResponse | Dispatcher.ResponseData, what: string): Promise<GcsError> {
   // A broken socket while reading an error body leaves only the status to report.
   const text = await res.body.text().catch(() => '');
   return errorFromStatus(res.statusCode, res.headers['retry-after'], text, what);

@@ -5,7 +5,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { GcsError } from './errors.js';
 import type { ReadPriority, WrittenObject } from './object-client.js';
-import { errorFromResponse, toMeta, type RawObject } from './responses.js';
+import { errorFromResponse, toMeta, type RawObject, type SentResponse } from './responses.js';
 
 /** 'upload': resumable sessions and media (data sockets); 'write': small JSON writes (metadata sockets). */
 export type WriteKind = 'upload' | 'write';
@@ -31,7 +31,8 @@ export interface Transport {
   readonly log: Logger;
   /** Runs `once` (one HTTP request per call) under the client's retry policy; `headers` carry auth. */
   run<T>(kind: WriteKind, what: string, opts: RunOptions, once: (headers: Record<string, string>) => Promise<T>): Promise<T>;
-  send(kind: WriteKind, req: SendRequest): Promise<Dispatcher.ResponseData>;
+  /** One request; an upload whose body lies in shared memory is sent by a download worker where there are some. */
+  send(kind: WriteKind, req: SendRequest): Promise<SentResponse>;
 }
 
 /** Every field a written object's resource has that WrittenObject keeps. */

@@ -1,10 +1,9 @@
 // Resumable uploads (GCS's resumable protocol): a session opened by POST, chunks PUT with
 // Content-Range, 308 + Range for what is committed, a status query after a failure so a chunk is
 // resumed where GCS stands (never from zero), and a finalize whose CRC32C and precondition are checked.
-import type { Dispatcher } from 'undici';
 import { GcsError, UploadOffsetError, UploadSessionExpiredError } from './errors.js';
 import { UPLOAD_CHUNK_UNIT, type FinalChunk, type NewObjectAttrs, type Preconditions, type ReadPriority, type UploadProgress, type UploadSession } from './object-client.js';
-import { errorFromResponse } from './responses.js';
+import { errorFromResponse, type SentResponse } from './responses.js';
 import { WRITTEN_FIELDS, notePrecondition, toWritten, type RawWritten, type Transport } from './transport.js';
 
 /** The big-endian CRC32C as GCS writes it (base64), from the value a running crc32c() returns. */
@@ -141,7 +140,7 @@ export class ResumableUploads {
     return this.answer(res, session, what);
   }
 
-  private async answer(res: Dispatcher.ResponseData, session: UploadSession, what: string): Promise<UploadProgress> {
+  private async answer(res: SentResponse, session: UploadSession, what: string): Promise<UploadProgress> {
     if (res.statusCode === 308) {
       await res.body.dump();
       return { committed: committedOf(res.headers.range), object: null };

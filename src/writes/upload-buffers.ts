@@ -12,7 +12,7 @@ export interface UploadBuffer {
 interface Pooled {
   buffer: Buffer;
   /** The page-aligned memory under `buffer`, or null for a plain Buffer. */
-  memory: ArrayBuffer | null;
+  memory: ArrayBufferLike | null;
   reservation: Reservation;
 }
 
@@ -41,6 +41,8 @@ export class UploadBuffers {
     private readonly chunkBytes: number,
     private readonly keep = 4,
     private readonly idleMs = 1000,
+    /** In shared memory (a SharedArrayBuffer each), which download workers send upload chunks from. */
+    private readonly shared = false,
   ) {
     // A read waiting for memory gets idle chunk buffers first: they hold nothing anyone needs.
     this.unregister = memory.addReclaimer((_level, short) => {
@@ -100,7 +102,7 @@ export class UploadBuffers {
     if (!this.alignedRefused && this.chunkBytes % WASM_PAGE === 0) {
       try {
         const pages = this.chunkBytes / WASM_PAGE;
-        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages }).buffer;
+        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared: this.shared }).buffer;
         adviseHugePages(memory);
         return { buffer: Buffer.from(memory), memory, reservation };
       } catch {
