@@ -1,4 +1,4 @@
-import { crc32c } from '../crc32c.js';
+import { crc32c, crc32cCombine } from '../crc32c.js';
 import { GcsError, isGcsError, isSessionExpired, UploadOffsetError } from '../gcs/errors.js';
 import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
 import { crc32cBase64 } from '../gcs/uploads.js';
@@ -54,12 +54,20 @@ export class FileUpload {
   /** Bytes GCS has committed (and whose CRC32C is `crc`). */
   committed = 0;
   private crc = 0;
+  /**
+   * The CRC32C of each block of the object as sent (whole blocks, and the last, short one), by block
+   * index: the block cache's index takes them when the written file goes into it, so its bytes are not
+   * hashed a second time; a block file that does not match them fails its check when read.
+   */
+  readonly blockCrcs = new Map<number, number>();
 
   constructor(
     private readonly deps: UploadDeps,
     private readonly name: string,
     private readonly file: UploadSource,
     private readonly opts: { ifGenerationMatch: string } & NewObjectAttrs,
+    /** The block cache's block size (0: no block hashes kept). */
+    private readonly blockSize = 0,
   ) {}
 
   get started(): boolean {
@@ -125,6 +133,20 @@ export class FileUpload {
     if (s) await this.deps.client.cancelUpload(s).catch(() => undefined);
   }
 
+  /** The running CRC32C after `bytes` at `from`, block by block where blocks line up (kept in blockCrcs). */
+  private hash(bytes: Buffer, from: number, last: boolean): number {
+    const bs = this.blockSize;
+    if (bs <= 0 || from % bs !== 0) return crc32c(bytes, this.crc);
+    let crc = this.crc;
+    for (let at = 0; at < bytes.length; at += bs) {
+      const piece = bytes.subarray(at, at + bs);
+      const c = crc32c(piece);
+      if (piece.length === bs || last) this.blockCrcs.set((from + at) / bs, c);
+      crc = crc32cCombine(crc, c, piece.length);
+    }
+    return crc;
+  }
+
   /** One chunk [committed, to): the final one when `finalSize` is given. The finished object, or null to go on. */
   private async sendChunk(to: number, finalSize: number | null): Promise<WrittenObject | null> {
     const { client, slots, buffers, metrics } = this.deps;
@@ -139,7 +161,7 @@ export class FileUpload {
       const bytes = buffer.bytes;
       if (held) metrics.inc('write_chunks_from_memory');
       else await this.file.read(from, bytes);
-      const crc = crc32c(bytes, this.crc);
+      const crc = this.hash(bytes, from, finalSize !== null);
       const final = finalSize === null ? undefined : { size: finalSize, crc32c: crc32cBase64(crc) };
       try {
         const progress = await client.putChunk(this.session, from, bytes, { final });

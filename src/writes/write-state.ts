@@ -235,7 +235,7 @@ export class WriteState {
         this.deps.uploaded(this, object);
         this.deps.metrics.inc('write_uploads');
         this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
-        void this.adopt(object);
+        void this.adopt(object, upload.blockCrcs);
         return object;
       } catch (err) {
         throw this.failed(err);
@@ -336,10 +336,13 @@ export class WriteState {
   }
 
   private newUpload(): FileUpload {
-    return new FileUpload(this.deps, this.objectName, this.staged!, {
-      ifGenerationMatch: this.expect,
-      metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) },
-    });
+    return new FileUpload(
+      this.deps,
+      this.objectName,
+      this.staged!,
+      { ifGenerationMatch: this.expect, metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) } },
+      this.deps.blocks.blockSize,
+    );
   }
 
   /** Streaming: sends the next whole chunk when one is written and none is on its way; waits when too far ahead. */
@@ -394,12 +397,12 @@ export class WriteState {
   }
 
   /** The uploaded bytes go into the block cache, read from the staged copy (in the background). */
-  private async adopt(object: WrittenObject): Promise<void> {
+  private async adopt(object: WrittenObject, crcs: ReadonlyMap<number, number>): Promise<void> {
     const staged = this.staged;
     if (!staged || object.size === 0) return;
     await this.run(() =>
       this.deps.blocks
-        .adoptWritten(object, (pos, into, directCapacity) => staged.readForCache(pos, into, directCapacity))
+        .adoptWritten(object, (pos, into, directCapacity) => staged.readForCache(pos, into, directCapacity), crcs)
         .then((n) => this.deps.metrics.inc('write_cached_blocks', n))
         .catch((err: unknown) => this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached')),
     );
