@@ -105,6 +105,33 @@ dst.close()`,
     expect(sha256((await stored(tb, 'big'))!)).toBe(sha256(data));
   }, 120_000);
 
+  it('after an fsync sent part of a chunk, the stream lines up with its chunks again: every chunk from memory', async () => {
+    const local = join(await tempDir('src'), 'synced');
+    const data = bytes(80 * MIB, 11);
+    await fsp.writeFile(local, data);
+    const stats0 = (await mountStats(m.path)).counters;
+    await py(
+      `import os,sys
+src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
+cut=37*1024*1024+300000
+for at in range(0, cut, 1<<20): os.write(fd, src[at:min(cut, at+(1<<20))])
+os.fsync(fd)
+for at in range(cut, len(src), 1<<20): os.write(fd, src[at:at+(1<<20)])
+os.close(fd)`,
+      local,
+      join(m.path, 'synced'),
+    );
+    expect(sha256((await stored(tb, 'synced'))!)).toBe(sha256(data));
+    const stats1 = (await mountStats(m.path)).counters;
+    const chunks = stats1.gcs_upload_chunks! - stats0.gcs_upload_chunks!;
+    // The first chunk, the fsync's part of the second, its rest, the last: each sent from memory, in
+    // one session (the stream went on after the fsync).
+    expect(chunks).toBe(4);
+    expect(stats1.gcs_uploads_started! - stats0.gcs_uploads_started!).toBe(1);
+    expect((stats1.write_stream_stops ?? 0) - (stats0.write_stream_stops ?? 0)).toBe(0);
+    expect(stats1.write_chunks_from_memory! - stats0.write_chunks_from_memory!).toBe(chunks);
+  });
+
   it('small files are one upload request each, visible to stat and listings at once', async () => {
     const before = requests(tb);
     await py(

@@ -4,7 +4,7 @@ import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, typ
 import { crc32cBase64 } from '../gcs/uploads.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
-import type { UploadSource } from './staged-copy.js';
+import type { HeldBytes, UploadSource } from './staged-copy.js';
 import type { UploadBuffers } from './upload-buffers.js';
 
 /** Chunks of resumable uploads in flight mount-wide (--write-global-max-blocks): each holds a chunk of memory. */
@@ -77,7 +77,9 @@ export class FileUpload {
   /** Sends the file's bytes up to `end` (a multiple of the chunk unit), `chunk` bytes a request; the session is opened first if need be. */
   async sendUpTo(end: number, chunk: number): Promise<void> {
     while (this.committed < end) {
-      const to = Math.min(end, this.committed + chunk);
+      // To the next multiple of `chunk`: after an fsync sent a part-chunk, the chunks line up again with
+      // the file's chunks in memory (and the block cache's blocks).
+      const to = Math.min(end, (Math.floor(this.committed / chunk) + 1) * chunk);
       await this.sendChunk(to, null);
     }
   }
@@ -136,6 +138,8 @@ export class FileUpload {
   /** The running CRC32C after `bytes` at `from`, block by block where blocks line up (kept in blockCrcs). */
   private hash(bytes: Buffer, from: number, last: boolean): number {
     const bs = this.blockSize;
+    // Blocks from here on are hashed again (a resend after a failure, maybe of other bytes).
+    for (const i of this.blockCrcs.keys()) if ((i + 1) * bs > from) this.blockCrcs.delete(i);
     if (bs <= 0 || from % bs !== 0) return crc32c(bytes, this.crc);
     let crc = this.crc;
     for (let at = 0; at < bytes.length; at += bs) {
@@ -153,10 +157,11 @@ export class FileUpload {
     const from = this.committed;
     const length = to - from;
     const release = await slots.take();
-    // A streamed file's chunk is still in memory: sent from there, not read back from the staged file.
-    const held = this.file.borrow(from, to);
-    const buffer = held ?? (await buffers.take(length));
+    let buffer: HeldBytes | null = null;
     try {
+      // A streamed file's chunk is still in memory: sent from there, not read back from the staged file.
+      const held = this.file.borrow(from, to);
+      buffer = held ?? (await buffers.take(length));
       this.session ??= await client.startUpload(this.name, this.opts);
       const bytes = buffer.bytes;
       if (held) metrics.inc('write_chunks_from_memory');
@@ -181,7 +186,7 @@ export class FileUpload {
         throw err;
       }
     } finally {
-      buffer.release();
+      buffer?.release();
       release();
     }
   }

@@ -25,8 +25,10 @@ const MEMORY_FROM_BYTES = 1024 * 1024;
 /** A chunk of a streamed file in memory: the tail being written, or a full chunk on its way to disk and GCS. */
 class MemoryChunk {
   length = 0;
-  /** The chunk's write to the staged file, once it is full (never rejects). */
+  /** The chunk's write to the staged file, once sealed (never rejects). */
   onDisk: Promise<void> = Promise.resolve();
+  /** Its write has settled: the file holds its bytes (or the copy is broken). */
+  written = false;
   private refs = 1;
 
   constructor(
@@ -97,6 +99,14 @@ export class StagedCopy implements UploadSource {
   private diskFailure: Error | null = null;
   private lastAppend = 0;
   private idleTimer: NodeJS.Timeout | null = null;
+  /** The upload has sent the bytes below this: written chunks below it may go. */
+  private uploadedTo = 0;
+  /**
+   * Set by a write that is not an append (or a truncate) while bytes were in memory: the file's bytes
+   * go through the page cache from then on, as gcsfuse falls back to staging. Each such write would
+   * otherwise put a chunk on disk and the next append read it back.
+   */
+  private memoryOff = false;
 
   private constructor(
     readonly path: string,
@@ -133,17 +143,27 @@ export class StagedCopy implements UploadSource {
    */
   async write(pos: number, data: Buffer, append = false): Promise<void> {
     this.checkDisk();
-    if (this.tail && (!append || pos !== this.tail.end)) await this.spill();
-    else if (!append && this.full.length > 0) await this.spill();
+    if (!append && this.holdsMemory()) {
+      this.memoryOff = true;
+      await this.spill();
+    } else if (this.tail && pos !== this.tail.end) {
+      await this.spill();
+    }
     let done = 0;
-    while (append && done < data.length) {
-      const tail = this.tail ?? (await this.startTail(pos + done));
-      if (!tail) break;
-      const n = Math.min(data.length - done, tail.bytes.length - tail.length);
-      data.copy(tail.bytes, tail.length, done, done + n);
-      tail.length += n;
-      done += n;
-      if (tail.full) this.seal();
+    try {
+      while (append && done < data.length) {
+        const tail = this.tail ?? (await this.startTail(pos + done));
+        if (!tail) break;
+        const n = Math.min(data.length - done, tail.bytes.length - tail.length);
+        data.copy(tail.bytes, tail.length, done, done + n);
+        tail.length += n;
+        done += n;
+        if (tail.full) this.seal();
+      }
+    } catch (err) {
+      // Part of this write may sit in memory past the size the caller keeps: nothing after is trusted.
+      this.broken(err);
+      this.checkDisk();
     }
     if (done > 0) this.watchIdle();
     if (done < data.length) await writeAll(this.handle, data.subarray(done), pos + done);
@@ -184,9 +204,10 @@ export class StagedCopy implements UploadSource {
     };
   }
 
-  /** The upload has sent bytes up to `upTo`: full chunks below it are needed no more (once on disk). */
+  /** The upload has sent bytes up to `upTo`: chunks below it go once the file holds their bytes. */
   sent(upTo: number): void {
-    while (this.full.length > 0 && this.full[0]!.end <= upTo) this.full.shift()!.release();
+    this.uploadedTo = Math.max(this.uploadedTo, upTo);
+    this.prune();
   }
 
   /**
@@ -216,33 +237,38 @@ export class StagedCopy implements UploadSource {
     await this.read(pos, into);
   }
 
-  /** Every byte held in memory written to the file, and the memory given back. */
+  /**
+   * Every byte held in memory written to the file, and the memory given back. The chunks stay visible to
+   * reads and the upload until the file holds their bytes.
+   */
   async spill(): Promise<void> {
-    const tail = this.tail;
+    if (this.tail && this.tail.length > 0) this.seal();
+    this.tail?.release();
     this.tail = null;
-    const full = this.full.splice(0);
-    try {
-      await Promise.all(full.map((c) => c.onDisk));
-      if (tail && tail.length > 0) await writeAll(this.handle, tail.bytes.subarray(0, tail.length), tail.start);
-    } catch (err) {
-      this.broken(err);
-    } finally {
-      for (const c of full) c.release();
-      tail?.release();
-    }
+    const pending = [...this.full];
+    await Promise.all(pending.map((c) => c.onDisk));
+    for (const c of pending) this.drop(c);
     this.checkDisk();
   }
 
   async truncate(size: number): Promise<void> {
-    await this.spill();
+    if (this.holdsMemory()) {
+      this.memoryOff = true;
+      await this.spill();
+    }
     await this.handle.truncate(size);
   }
 
-  /** Closes and deletes the file. */
+  /** Closes and deletes the file (what memory holds is not written: the file goes). */
   async remove(): Promise<void> {
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
-    await this.spill().catch(() => undefined);
+    this.tail?.release();
+    this.tail = null;
+    const pending = [...this.full];
+    // Their writes use the descriptors closed below.
+    await Promise.all(pending.map((c) => c.onDisk));
+    for (const c of pending) this.drop(c);
     await this.handle.close().catch(() => undefined);
     await (await this.direct)?.close().catch(() => undefined);
     await unlink(this.path).catch(() => undefined);
@@ -264,6 +290,23 @@ export class StagedCopy implements UploadSource {
     else this.idleTimer = setTimeout(() => this.idleCheck(idleMs), idleMs - idle).unref();
   }
 
+  private holdsMemory(): boolean {
+    return this.tail !== null || this.full.length > 0;
+  }
+
+  /** A chunk out of the list, its reference given back (once, whoever gets there first). */
+  private drop(chunk: MemoryChunk): void {
+    const at = this.full.indexOf(chunk);
+    if (at < 0) return;
+    this.full.splice(at, 1);
+    chunk.release();
+  }
+
+  /** Chunks the file holds and the upload has sent are needed no more. */
+  private prune(): void {
+    for (const c of [...this.full]) if (c.written && c.end <= this.uploadedTo) this.drop(c);
+  }
+
   private chunks(): MemoryChunk[] {
     return this.tail ? [...this.full, this.tail] : this.full;
   }
@@ -278,13 +321,13 @@ export class StagedCopy implements UploadSource {
 
   /** Memory for the chunk holding `pos`, its earlier bytes read from the file; null to write through the page cache. */
   private async startTail(pos: number): Promise<MemoryChunk | null> {
-    if (!this.memory || pos < MEMORY_FROM_BYTES) return null;
+    if (!this.memory || this.memoryOff || pos < MEMORY_FROM_BYTES) return null;
     const buffer = this.memory.buffers.tryTakeChunk();
     if (!buffer) return null;
     const start = pos - (pos % buffer.bytes.length);
     const tail = new MemoryChunk(start, buffer);
     try {
-      if (pos > start) await readFully(this.handle, buffer.bytes.subarray(0, pos - start), start);
+      if (pos > start) await this.read(start, buffer.bytes.subarray(0, pos - start));
     } catch (err) {
       tail.release();
       throw err;
@@ -294,7 +337,7 @@ export class StagedCopy implements UploadSource {
     return tail;
   }
 
-  /** The tail is full: to the file in the background (the upload sends it from memory meanwhile). */
+  /** The tail to the file in the background (the upload may send it from memory meanwhile). */
   private seal(): void {
     const chunk = this.tail!;
     this.tail = null;
@@ -302,7 +345,11 @@ export class StagedCopy implements UploadSource {
     chunk.retain();
     chunk.onDisk = this.writeChunk(chunk)
       .catch((err: unknown) => this.broken(err))
-      .finally(() => chunk.release());
+      .finally(() => {
+        chunk.written = true;
+        chunk.release();
+        this.prune();
+      });
   }
 
   private async writeChunk(chunk: MemoryChunk): Promise<void> {
@@ -330,7 +377,7 @@ async function writeAll(file: fsp.FileHandle, data: Buffer, pos: number): Promis
   while (done < data.length) done += (await file.write(data, done, data.length - done, pos + done)).bytesWritten;
 }
 
-/** Reads `into.length` bytes at `pos` (a staged file never ends early: it was written up to its size). */
+/** Reads `into.length` bytes at `pos`, zeros past the file's end (bytes there may still be only in memory). */
 async function readFully(file: fsp.FileHandle, into: Buffer, pos: number): Promise<void> {
   let done = 0;
   while (done < into.length) {

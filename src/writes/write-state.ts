@@ -5,6 +5,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { FileUpload, type UploadDeps } from './file-upload.js';
 import { StagedCopy } from './staged-copy.js';
+import { isPrecondition, WriteError } from './write-error.js';
 import type { StagingDir } from './staging.js';
 
 export interface WriteConfig {
@@ -24,16 +25,6 @@ export interface WriteStateDeps extends UploadDeps {
   blocks: BlockSource;
   log: Logger;
   metrics: Metrics;
-}
-
-/** Why a write or close failed, as the kernel is to be told. */
-export class WriteError extends Error {
-  constructor(
-    readonly errno: 'ESTALE' | 'EIO' | 'ENOSPC' | 'EFBIG',
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 /** GCS's object size limit. */
@@ -66,7 +57,11 @@ export class WriteState {
   /** Whether a streamed upload may still be fed (a new file, written in order so far). */
   private streams: boolean;
   private sending: Promise<void> | null = null;
+  /** Where the send in flight (`sending`) ends. */
+  private sendingTo = 0;
   private serial: Promise<unknown> = Promise.resolve();
+  /** Writes and truncates so far: the block cache takes an upload's bytes only if none came after it. */
+  private changes = 0;
 
   constructor(
     private readonly deps: WriteStateDeps,
@@ -235,7 +230,7 @@ export class WriteState {
         this.deps.uploaded(this, object);
         this.deps.metrics.inc('write_uploads');
         this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
-        void this.adopt(object, upload.blockCrcs);
+        void this.adopt(object, upload.blockCrcs, this.changes);
         return object;
       } catch (err) {
         throw this.failed(err);
@@ -295,6 +290,7 @@ export class WriteState {
   }
 
   private touch(): void {
+    this.changes++;
     this.dirty = true;
     this.mtimeMs = Date.now();
   }
@@ -307,8 +303,10 @@ export class WriteState {
     }
   }
 
+  /** Bytes GCS has, or is being sent: a write below this cannot be streamed any more. */
   private sentUpTo(): number {
-    return this.upload ? this.upload.committed + (this.sending ? this.deps.config.chunkBytes : 0) : 0;
+    if (!this.upload) return 0;
+    return this.sending ? Math.max(this.upload.committed, this.sendingTo) : this.upload.committed;
   }
 
   /** The staged copy, made at the first change: filled from the source object unless it is about to be emptied. */
@@ -349,14 +347,16 @@ export class WriteState {
   private async feed(): Promise<void> {
     if (this.unlinked) return; // nothing of a removed file goes to GCS
     const chunk = this.deps.config.chunkBytes;
-    if (!this.sending && this.size - (this.upload?.committed ?? 0) >= chunk) {
+    // Chunks end at multiples of `chunk` (after an fsync's part-chunk too), as the file's chunks in memory do.
+    const to = (Math.floor((this.upload?.committed ?? 0) / chunk) + 1) * chunk;
+    if (!this.sending && this.size >= to) {
       if (!this.upload) {
         this.upload = this.newUpload();
         this.deps.metrics.inc('write_streamed_files');
       }
       const upload = this.upload;
       const staged = this.staged!;
-      const to = upload.committed + chunk;
+      this.sendingTo = to;
       this.sending = upload.sendUpTo(to, chunk).finally(() => {
         this.sending = null;
         staged.sent(upload.committed);
@@ -397,18 +397,18 @@ export class WriteState {
   }
 
   /** The uploaded bytes go into the block cache, read from the staged copy (in the background). */
-  private async adopt(object: WrittenObject, crcs: ReadonlyMap<number, number>): Promise<void> {
+  private async adopt(object: WrittenObject, crcs: ReadonlyMap<number, number>, changesAt: number): Promise<void> {
     const staged = this.staged;
     if (!staged || object.size === 0) return;
-    await this.run(() =>
-      this.deps.blocks
-        .adoptWritten(object, (pos, into, directCapacity) => staged.readForCache(pos, into, directCapacity), crcs)
-        .then((n) => this.deps.metrics.inc('write_cached_blocks', n))
-        .catch((err: unknown) => this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached')),
-    );
+    await this.run(async () => {
+      // A write queued while the upload ran has changed the staged bytes: they are not the object's.
+      if (this.changes !== changesAt) return;
+      try {
+        const n = await this.deps.blocks.adoptWritten(object, (pos, into, directCapacity) => staged.readForCache(pos, into, directCapacity), crcs);
+        this.deps.metrics.inc('write_cached_blocks', n);
+      } catch (err) {
+        this.deps.log.warn({ object: object.name, err: String(err) }, 'written blocks not cached');
+      }
+    });
   }
-}
-
-function isPrecondition(err: unknown): boolean {
-  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'PRECONDITION';
 }

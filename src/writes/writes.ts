@@ -5,7 +5,8 @@ import { GcsError, isGcsError } from '../gcs/errors.js';
 import type { ObjectMeta, WritableObjectClient, WrittenObject } from '../gcs/object-client.js';
 import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
 import type { LocalChanges } from './local-changes.js';
-import { WriteError, WriteState, type WriteStateDeps } from './write-state.js';
+import { WriteError } from './write-error.js';
+import { WriteState, type WriteStateDeps } from './write-state.js';
 
 export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded'> {
   client: WritableObjectClient;
