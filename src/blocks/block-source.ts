@@ -277,8 +277,9 @@ export class BlockSource {
   /**
    * An object this mount just wrote goes into the disk cache from the bytes it was written from (`read`
    * fills a block's buffer, with O_DIRECT where its first `directCapacity` bytes are aligned; `crcs`,
-   * each block's CRC32C as uploaded, where known, for the index instead of hashing the bytes again), so reading one's own output back costs no download. Block by block, each
-   * within the memory budget (skipped when memory is short: a cache, not a promise).
+   * each block's CRC32C as uploaded, where known, for the index instead of hashing the bytes again),
+   * so reading one's own output back costs no download. Block by block, each within the memory budget
+   * (skipped when memory is short: a cache, not a promise).
    */
   async adoptWritten(meta: ObjectMeta, read: (pos: number, into: Buffer, directCapacity: number) => Promise<void>, crcs: ReadonlyMap<number, number> = new Map()): Promise<number> {
     const disk = this.deps.disk;

@@ -218,7 +218,7 @@ export class RangeWorkers {
       this.pending.delete(id);
       p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
     }
-    this.local.log.warn({ why }, 'download worker lost: its downloads are retried, and a new worker started');
+    this.local.log.warn({ why }, 'download worker lost: its downloads and upload requests are retried, and a new worker started');
     if (!this.closing) this.slots.push(this.spawn());
   }
 

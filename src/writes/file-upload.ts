@@ -60,6 +60,8 @@ export class FileUpload {
    * hashed a second time; a block file that does not match them fails its check when read.
    */
   readonly blockCrcs = new Map<number, number>();
+  /** Cancelled: a send still in flight must not open a new session when it finds the old one gone. */
+  private cancelled = false;
 
   constructor(
     private readonly deps: UploadDeps,
@@ -128,6 +130,7 @@ export class FileUpload {
 
   /** Abandons the session (a file that stopped streaming, or was removed): GCS drops its bytes. */
   async cancel(): Promise<void> {
+    this.cancelled = true;
     const s = this.session;
     this.session = null;
     this.committed = 0;
@@ -159,6 +162,7 @@ export class FileUpload {
     const release = await slots.take();
     let buffer: HeldBytes | null = null;
     try {
+      if (this.cancelled) throw new GcsError('CLOSED', `upload ${this.name}: cancelled`);
       // A streamed file's chunk is still in memory: sent from there, not read back from the staged file.
       const held = this.file.borrow(from, to);
       buffer = held ?? (await buffers.take(length));
