@@ -132,6 +132,32 @@ os.close(fd)`,
     expect(stats1.write_chunks_from_memory! - stats0.write_chunks_from_memory!).toBe(chunks);
   });
 
+  it('a streamed file fsynced as it grows is sent once and appears only at close', async () => {
+    const data = bytes(5 * 300_000, 12);
+    const local = join(await tempDir('src'), 'log');
+    await fsp.writeFile(local, data);
+    const stats0 = (await mountStats(m.path)).counters;
+    const out = await py(
+      `import os,sys
+src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
+for at in range(0, len(src), 300000):
+  os.write(fd, src[at:at+300000]); os.fsync(fd)
+os.close(fd)
+print('done')`,
+      local,
+      join(m.path, 'log'),
+    );
+    expect(out).toBe('done');
+    expect(sha256((await stored(tb, 'log'))!)).toBe(sha256(data));
+    const stats1 = (await mountStats(m.path)).counters;
+    const d = (k: string) => (stats1[k] ?? 0) - (stats0[k] ?? 0);
+    // One session, fed at each fsync with the whole 256 KiB units written so far, finalized at close:
+    // not an upload of the whole file at each fsync.
+    expect(d('gcs_uploads_started')).toBe(1);
+    expect(d('gcs_uploads_finalized')).toBe(1);
+    expect(d('gcs_upload_bytes')).toBe(data.length);
+  });
+
   it('small files are one upload request each, visible to stat and listings at once', async () => {
     const before = requests(tb);
     await py(

@@ -209,48 +209,57 @@ export class WriteState {
    * writer's object stays), EIO otherwise (the staged copy stays, the next close or fsync tries again).
    */
   flush(): Promise<WrittenObject | null> {
-    return this.run(async () => {
-      if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
-      if (!this.dirty || this.unlinked) return null;
-      await this.ensureStaged(false);
-      const t0 = performance.now();
-      await this.sending?.catch(() => undefined);
-      // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
-      // staged copy from its first byte again, over the generation this upload makes.
-      const upload = this.upload ?? this.newUpload();
-      this.upload = null;
-      try {
-        // The last chunk goes from memory; then the staged copy gets every byte (for the block cache, a
-        // later close, a reader), whether or not the upload worked. A staged copy that could not take
-        // them fails whatever reads it next (never the upload that already has them).
-        const object = await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined));
-        this.dirty = false;
-        this.expect = object.generation;
-        this.source = object;
-        this.deps.uploaded(this, object);
-        this.deps.metrics.inc('write_uploads');
-        this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
-        void this.adopt(object, upload.blockCrcs, this.changes);
-        return object;
-      } catch (err) {
-        throw this.failed(err);
-      }
-    });
+    return this.run(() => this.flushNow());
+  }
+
+  /** flush(), already in turn. */
+  private async flushNow(): Promise<WrittenObject | null> {
+    if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
+    if (!this.dirty || this.unlinked) return null;
+    await this.ensureStaged(false);
+    const t0 = performance.now();
+    await this.sending?.catch(() => undefined);
+    // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
+    // staged copy from its first byte again, over the generation this upload makes.
+    const upload = this.upload ?? this.newUpload();
+    this.upload = null;
+    try {
+      // The last chunk goes from memory; then the staged copy gets every byte (for the block cache, a
+      // later close, a reader), whether or not the upload worked. A staged copy that could not take
+      // them fails whatever reads it next (never the upload that already has them).
+      const object = await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined));
+      this.dirty = false;
+      this.expect = object.generation;
+      this.source = object;
+      this.deps.uploaded(this, object);
+      this.deps.metrics.inc('write_uploads');
+      this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
+      void this.adopt(object, upload.blockCrcs, this.changes);
+      return object;
+    } catch (err) {
+      throw this.failed(err);
+    }
   }
 
   /**
    * fsync: a streamed file sends every whole chunk unit written so far and stays open for more (the object
-   * appears at close, as with gcsfuse's streaming writes); any other file is uploaded now.
+   * appears at close, as with gcsfuse's streaming writes), opening its session if need be: a log fsynced
+   * line by line is then sent once, not uploaded whole at each fsync. A streamed file smaller than a
+   * chunk unit (which a session cannot take before its last chunk), and any other file, is uploaded now.
    */
   sync(): Promise<WrittenObject | null> {
-    if (!this.streams || !this.upload || this.unlinked) return this.flush();
     return this.run(async () => {
+      if (!this.streams || this.unlinked || !this.dirty || (!this.upload && this.size < UPLOAD_CHUNK_UNIT)) return this.flushNow();
       if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
       await this.sending?.catch(() => undefined);
       const aligned = Math.floor(this.size / UPLOAD_CHUNK_UNIT) * UPLOAD_CHUNK_UNIT;
+      if (!this.upload) {
+        this.upload = this.newUpload();
+        this.deps.metrics.inc('write_streamed_files');
+      }
       try {
-        await this.upload?.sendUpTo(aligned, this.deps.config.chunkBytes);
-        this.staged?.sent(this.upload?.committed ?? 0);
+        await this.upload.sendUpTo(aligned, this.deps.config.chunkBytes);
+        this.staged?.sent(this.upload.committed);
       } catch (err) {
         throw this.failed(err);
       }
