@@ -99,6 +99,12 @@ export class StagedCopy implements UploadSource {
   private diskFailure: Error | null = null;
   private lastAppend = 0;
   private idleTimer: NodeJS.Timeout | null = null;
+  /**
+   * Chunks went to the file with O_DIRECT: its bytes are then mostly not in the page cache, and the block
+   * cache reads them with O_DIRECT too. Otherwise they are (a small file, say), and an O_DIRECT read
+   * would first force them to disk: a disk write per small file that deleting the copy would have saved.
+   */
+  private wroteDirect = false;
   /** The upload has sent the bytes below this: written chunks below it may go. */
   private uploadedTo = 0;
   /**
@@ -218,7 +224,7 @@ export class StagedCopy implements UploadSource {
   async readForCache(pos: number, into: Buffer, directCapacity: number): Promise<void> {
     this.checkDisk();
     const padded = Math.ceil(into.length / DIRECT_ALIGN) * DIRECT_ALIGN;
-    const direct = this.tail || this.full.length > 0 || pos % DIRECT_ALIGN !== 0 || directCapacity < padded ? null : await this.directHandle();
+    const direct = !this.wroteDirect || this.holdsMemory() || pos % DIRECT_ALIGN !== 0 || directCapacity < padded ? null : await this.directHandle();
     if (direct) {
       try {
         const view = Buffer.from(into.buffer, into.byteOffset, padded);
@@ -358,6 +364,7 @@ export class StagedCopy implements UploadSource {
     if (direct) {
       try {
         await writeAll(direct, bytes, chunk.start);
+        this.wroteDirect = true;
         return;
       } catch {
         // A short O_DIRECT write leaves the rest unaligned (EINVAL): the plain write below redoes it all.
