@@ -35,6 +35,22 @@ export function discardMemory(memory: ArrayBufferLike): void {
   addon?.discardMemory(forAddon(memory));
 }
 
+/** WebAssembly memory comes in pages of 64 KiB: page-aligned memory is had in multiples of this. */
+export const WASM_PAGE = 65536;
+
+/**
+ * `bytes` (a multiple of WASM_PAGE) of page-aligned memory, which O_DIRECT needs (a WebAssembly.Memory
+ * is the one Node allocation that is aligned), shared with worker threads when asked, advised for huge
+ * pages before any page is touched (faults then fill 2 MiB at a time). Throws when the runtime refuses
+ * another WebAssembly.Memory (out of address space): the caller falls back to a plain Buffer.
+ */
+export function alignedMemory(bytes: number, shared: boolean): ArrayBufferLike {
+  const pages = bytes / WASM_PAGE;
+  const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared }).buffer;
+  adviseHugePages(memory);
+  return memory;
+}
+
 /** V8's full collection, which Node exposes only behind a flag: set here, for a fresh context's `gc`. */
 function loadGc(): (() => void) | null {
   try {

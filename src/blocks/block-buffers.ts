@@ -1,4 +1,4 @@
-import { adviseHugePages, discardMemory } from '../block-memory.js';
+import { alignedMemory, discardMemory, WASM_PAGE } from '../block-memory.js';
 import { MemoryBudget, type MemoryUse, type Reservation } from '../memory/memory-budget.js';
 
 /**
@@ -130,8 +130,6 @@ export interface BlockBuffersConfig {
 }
 
 const POISON = 0xdb;
-/** WebAssembly memory comes in pages of 64 KiB. */
-const WASM_PAGE = 65536;
 
 /**
  * Buffers for block data, reserved from the mount's memory budget and reused. A cold sequential read
@@ -220,11 +218,8 @@ export class BlockBuffers {
     while (this.free.length > 0 && this.residentBytes > this.cfg.budget.limit) this.discard(this.free.shift()!);
     if (!this.alignedRefused) {
       try {
-        const pages = bytes / WASM_PAGE;
         // Shared, for download workers to receive bodies into (range-workers.ts).
-        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared: this.cfg.shared === true }).buffer;
-        // Before any page is touched: faults then fill 2 MiB at a time.
-        adviseHugePages(memory);
+        const memory = alignedMemory(bytes, this.cfg.shared === true);
         return { memory, buffer: Buffer.from(memory), idleSince: 0 };
       } catch {
         // Out of address space for another WebAssembly.Memory: plain buffers still work, only slower.

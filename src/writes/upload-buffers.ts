@@ -1,4 +1,4 @@
-import { adviseHugePages, discardMemory } from '../block-memory.js';
+import { alignedMemory, discardMemory, WASM_PAGE } from '../block-memory.js';
 import type { MemoryBudget, Reservation } from '../memory/memory-budget.js';
 
 /** A chunk's memory, lent for one upload request or one streamed file's chunk. */
@@ -15,9 +15,6 @@ interface Pooled {
   memory: ArrayBufferLike | null;
   reservation: Reservation;
 }
-
-/** WebAssembly memory comes in pages of 64 KiB. */
-const WASM_PAGE = 65536;
 
 /**
  * Memory for upload chunks, reused between chunks. A fresh 32 MiB Buffer is a fresh mmap: every page of
@@ -62,10 +59,6 @@ export class UploadBuffers {
     return this.free.length * this.chunkBytes;
   }
 
-  get chunkSize(): number {
-    return this.chunkBytes;
-  }
-
   /** A buffer for an upload request: waits for memory when the budget is spent. */
   async take(length: number): Promise<UploadBuffer> {
     this.lastUse = Date.now();
@@ -108,9 +101,7 @@ export class UploadBuffers {
   private fresh(reservation: Reservation): Pooled {
     if (!this.alignedRefused && this.chunkBytes % WASM_PAGE === 0) {
       try {
-        const pages = this.chunkBytes / WASM_PAGE;
-        const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared: this.shared }).buffer;
-        adviseHugePages(memory);
+        const memory = alignedMemory(this.chunkBytes, this.shared);
         return { buffer: Buffer.from(memory), memory, reservation };
       } catch {
         // Out of address space for another WebAssembly.Memory: plain buffers work, through the page cache.
