@@ -24,9 +24,10 @@ let emu: Emulator;
 let metrics: Metrics;
 let client: HttpObjectClient;
 
-function makeClient(retry: RetryPolicy = { maxAttempts: 20, baseDelayMs: 1, multiplier: 2, maxDelayMs: 20 }): HttpObjectClient {
+function makeClient(retry: RetryPolicy = { maxAttempts: 20, baseDelayMs: 1, multiplier: 2, maxDelayMs: 20 }, downloadWorkers = 0): HttpObjectClient {
   metrics = new Metrics();
   return new HttpObjectClient({
+    downloadWorkers,
     endpoint: { origin: emu.url, custom: true },
     bucket: 'bkt',
     auth: null,
@@ -113,41 +114,27 @@ describe('resumable uploads', () => {
   });
 
   it('sends chunks in shared memory on a download worker; one that dies with a chunk in flight is resumed from the committed offset', async () => {
-    const workerMetrics = new Metrics();
-    const c = new HttpObjectClient({
-      endpoint: { origin: emu.url, custom: true },
-      bucket: 'bkt',
-      auth: null,
-      maxConnections: 4,
-      timeoutMs: 30_000,
-      retry: { maxAttempts: 20, baseDelayMs: 1, multiplier: 2, maxDelayMs: 20 },
-      concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
-      log: silentLogger,
-      metrics: workerMetrics,
-      downloadWorkers: 1,
-    });
-    try {
-      const data = Buffer.from(new SharedArrayBuffer(3 * MiB));
-      randomBytes(3 * MiB).copy(data);
-      const session = await c.startUpload('on-worker', { ifGenerationMatch: '0' });
-      // Every answer 300 ms late: the first chunk is still waiting for its answer when its worker goes.
-      emu.setKnobs({ latencyMs: 300 });
-      const first = c.putChunk(session, 0, data.subarray(0, MiB));
-      await new Promise((r) => setTimeout(r, 100));
-      const [slot] = (c.workers as unknown as { slots: Array<{ worker: { terminate(): Promise<number> } }> }).slots;
-      await slot!.worker.terminate();
-      expect((await first).committed).toBe(MiB);
-      emu.setKnobs(QUIET);
-      await c.putChunk(session, MiB, data.subarray(MiB, 2 * MiB));
-      const done = await c.putChunk(session, 2 * MiB, data.subarray(2 * MiB), { final: { size: data.length, crc32c: crcOf(data) } });
-      expect(done.object?.size).toBe(data.length);
-      expect((await onDisk('on-worker')).equals(data)).toBe(true);
-      expect(workerMetrics.get('gcs_upload_requests_on_workers')).toBeGreaterThanOrEqual(3);
-      expect(workerMetrics.get('gcs_upload_resumes')).toBeGreaterThanOrEqual(1);
-      expect(c.workers?.count).toBe(1);
-    } finally {
-      await c.close();
-    }
+    await client.close();
+    client = makeClient(undefined, 1);
+    // The afterEach hook closes it.
+    const data = Buffer.from(new SharedArrayBuffer(3 * MiB));
+    randomBytes(3 * MiB).copy(data);
+    const session = await client.startUpload('on-worker', { ifGenerationMatch: '0' });
+    // Every answer 300 ms late: the first chunk is still waiting for its answer when its worker goes.
+    emu.setKnobs({ latencyMs: 300 });
+    const first = client.putChunk(session, 0, data.subarray(0, MiB));
+    await new Promise((r) => setTimeout(r, 100));
+    const [slot] = (client.workers as unknown as { slots: Array<{ worker: { terminate(): Promise<number> } }> }).slots;
+    await slot!.worker.terminate();
+    expect((await first).committed).toBe(MiB);
+    emu.setKnobs(QUIET);
+    await client.putChunk(session, MiB, data.subarray(MiB, 2 * MiB));
+    const done = await client.putChunk(session, 2 * MiB, data.subarray(2 * MiB), { final: { size: data.length, crc32c: crcOf(data) } });
+    expect(done.object?.size).toBe(data.length);
+    expect((await onDisk('on-worker')).equals(data)).toBe(true);
+    expect(metrics.get('gcs_upload_requests_on_workers')).toBeGreaterThanOrEqual(3);
+    expect(metrics.get('gcs_upload_resumes')).toBeGreaterThanOrEqual(1);
+    expect(client.workers?.count).toBe(1);
   });
 
   it('retries 429s on chunks (a status query, then the rest) and counts them', async () => {

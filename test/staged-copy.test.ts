@@ -32,11 +32,17 @@ async function appendAll(copy: StagedCopy, data: Buffer, piece: number): Promise
   for (let at = 0; at < data.length; at += piece) await copy.write(at, data.subarray(at, Math.min(data.length, at + piece)), true);
 }
 
+/** A memory budget of `limitMib` (leaving `headroomMib` to demand), 1 MiB chunks, and a staged copy using them. */
+async function setup(opts: { limitMib?: number; headroomMib?: number; dir?: string } = {}) {
+  const memory = new MemoryBudget({ limitBytes: (opts.limitMib ?? 64) * MIB, demandHeadroomBytes: (opts.headroomMib ?? 0) * MIB, idleReclaimAfterMs: 10 });
+  const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
+  const copy = await StagedCopy.create(await staging(opts.dir), { buffers, whenIdle: () => undefined });
+  return { memory, buffers, copy };
+}
+
 describe('StagedCopy: a streamed file in memory, then on disk', () => {
   it('keeps appends past 1 MiB in chunk memory, lends whole chunks to the upload, and reads and spills the right bytes', async () => {
-    const memory = new MemoryBudget({ limitBytes: 64 * MIB, demandHeadroomBytes: 0, idleReclaimAfterMs: 10 });
-    const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-    const copy = await StagedCopy.create(await staging(), { buffers, whenIdle: () => undefined });
+    const { memory, buffers, copy } = await setup();
     const data = pattern(3 * MIB + 5000, 1);
     await appendAll(copy, data, 192 * 1024);
     // The first MiB went through the page cache; chunks 1 and 2 and the tail are in memory.
@@ -65,9 +71,7 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
   });
 
   it('a write that is not an append, and a truncate, first put the memory on disk: the bytes stay right', async () => {
-    const memory = new MemoryBudget({ limitBytes: 64 * MIB, demandHeadroomBytes: 0, idleReclaimAfterMs: 10 });
-    const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-    const copy = await StagedCopy.create(await staging(), { buffers, whenIdle: () => undefined });
+    const { memory, buffers, copy } = await setup();
     // Up to a chunk's end: no tail, only full chunks in memory (their disk writes maybe still on their way).
     const data = pattern(4 * MIB, 2);
     await appendAll(copy, data, 256 * 1024);
@@ -100,9 +104,7 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
   });
 
   it('a chunk stays readable from memory until the file holds it: sent or spilled, never a moment without', async () => {
-    const memory = new MemoryBudget({ limitBytes: 64 * MIB, demandHeadroomBytes: 0, idleReclaimAfterMs: 10 });
-    const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-    const copy = await StagedCopy.create(await staging(), { buffers, whenIdle: () => undefined });
+    const { memory, buffers, copy } = await setup();
     const data = pattern(3 * MIB + 4096 + 10, 9);
     await appendAll(copy, data, MIB);
     // The chunk [2, 3) MiB was sealed by the last whole-MiB write: its write to the file has not had a
@@ -150,9 +152,7 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
   });
 
   it('with no memory to spare, writes go through the page cache, the same bytes', async () => {
-    const memory = new MemoryBudget({ limitBytes: 4 * MIB, demandHeadroomBytes: 4 * MIB, idleReclaimAfterMs: 10 });
-    const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-    const copy = await StagedCopy.create(await staging(), { buffers, whenIdle: () => undefined });
+    const { buffers, copy } = await setup({ limitMib: 4, headroomMib: 4 });
     const data = pattern(3 * MIB, 5);
     await appendAll(copy, data, 128 * 1024);
     expect(copy.memoryBytes).toBe(0);
@@ -163,9 +163,7 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
   });
 
   it('reads for the block cache with O_DIRECT into aligned block memory, the same bytes', async () => {
-    const memory = new MemoryBudget({ limitBytes: 64 * MIB, demandHeadroomBytes: 0, idleReclaimAfterMs: 10 });
-    const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-    const copy = await StagedCopy.create(await staging(), { buffers, whenIdle: () => undefined });
+    const { buffers, copy } = await setup();
     const data = pattern(5 * MIB + 999, 6);
     await appendAll(copy, data, MIB);
     await copy.spill();
@@ -186,9 +184,7 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
     dirs.push(at);
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', at]);
     try {
-      const memory = new MemoryBudget({ limitBytes: 64 * MIB, demandHeadroomBytes: 0, idleReclaimAfterMs: 10 });
-      const buffers = new UploadBuffers(memory, MIB, 4, 60_000);
-      const copy = await StagedCopy.create(await staging(at), { buffers, whenIdle: () => undefined });
+      const { buffers, copy } = await setup({ dir: at });
       const data = pattern(4 * MIB, 7);
       // 2 MiB fit; the chunk of [2, 3) MiB is sealed in memory and its write fails (ENOSPC) in the background.
       let failed: unknown = null;
