@@ -3,6 +3,7 @@ import type { DiskCache } from '../blocks/disk-cache.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { Listing } from '../namespace/listing.js';
 import type { Namespace } from '../namespace/namespace.js';
 import { childPath, parentPath } from '../namespace/paths.js';
 import { ArrayFinder, remember } from './array-finder.js';
@@ -32,6 +33,13 @@ export interface PrefetcherDeps {
   metrics: Metrics;
 }
 
+/** A folder whose files are opened in name order: the last one opened, its stream once it is one, the newest listing. */
+interface FolderWalk {
+  last: string;
+  stream: ReadStream | null;
+  listing: Listing | null;
+}
+
 interface ZarrArray {
   root: string;
   layout: ZarrLayout;
@@ -58,7 +66,7 @@ const CHUNK_NAME = /^(c|[0-9]+)([.][0-9]+)*$/;
 export class Prefetcher {
   private readonly arrays: ArrayFinder<ZarrArray>;
   private readonly shards: ShardFollower;
-  private readonly folders = new Map<string, { last: string; stream: ReadStream | null }>();
+  private readonly folders = new Map<string, FolderWalk>();
   private inFlight = 0;
   private closed = false;
   /** Rounds waiting for one of the --prefetch-max-parallel-downloads slots. */
@@ -134,21 +142,21 @@ export class Prefetcher {
     if (!idx) return;
     // A shard is opened once per inner chunk read: its reads say where the reader is, not its opens.
     if (array.sharded) return this.shards.shardOpened(array.sharded, idx, meta);
-    const advice = array.stream.observe(linearOf(array.layout, idx));
-    if (!advice) return;
+    if (!array.stream.observe(linearOf(array.layout, idx))) return;
     const total = chunkCount(array.layout);
-    const paths: string[] = [];
-    for (let i = 1, p = advice.from + advice.direction; i <= advice.distance && p >= 0 && p < total; i++, p += advice.direction) {
-      paths.push(childPath(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
-    }
-    const epoch = array.stream.epoch;
-    await this.fetchAll(paths, () => array.stream.epoch === epoch);
+    await this.walk(array.stream, (from, direction, n) => {
+      const paths: string[] = [];
+      for (let i = 1, p = from + direction; i <= n && p >= 0 && p < total; i++, p += direction) {
+        paths.push(childPath(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
+      }
+      return paths;
+    });
   }
 
   private async followFolder(dir: string, base: string): Promise<void> {
     const state = this.folders.get(dir);
     if (!state) {
-      remember(this.folders, dir, { last: base, stream: null });
+      remember(this.folders, dir, { last: base, stream: null, listing: null });
       return;
     }
     const previous = state.last;
@@ -158,6 +166,7 @@ export class Prefetcher {
     // Random opens in a folder of 100,000 go up half the time, and would list it whole.
     if (!state.stream && !this.neighbours(dir, previous, base)) return;
     const listing = await this.deps.namespace.readdir(dir);
+    state.listing = listing;
     const position = listing.fileOrdinal(base);
     if (position < 0) return;
     if (!state.stream) {
@@ -165,12 +174,9 @@ export class Prefetcher {
       const before = listing.fileOrdinal(previous);
       if (before >= 0) state.stream.observe(before);
     }
-    const advice = state.stream.observe(position);
-    if (!advice) return;
-    const paths = listing.filesFrom(advice.from, advice.direction, advice.distance).map((name) => childPath(dir, name));
-    const stream = state.stream;
-    const epoch = stream.epoch;
-    await this.fetchAll(paths, () => stream.epoch === epoch);
+    if (!state.stream.observe(position)) return;
+    // The walk names files from the newest listing an open brought, not the one it started with.
+    await this.walk(state.stream, (from, direction, n) => (state.listing?.filesFrom(from, direction, n) ?? []).map((name) => childPath(dir, name)));
   }
 
   /** Whether `base` is one of the two files after `previous` among the names held of `dir`. */
@@ -183,20 +189,44 @@ export class Prefetcher {
   }
 
   /**
-   * Fetches each path the listing of its folder has, in order, until a budget says stop or the reader
-   * jumps elsewhere (`wanted` turns false) while this round waits for a download slot.
+   * Fetches what `stream`'s reader will reach and no walk has dealt with yet, in order (`pathsAfter`
+   * names the files after a position). One walk per stream at a time: opens meanwhile move the stream,
+   * and the walk goes on to where it reaches then. (Each open used to walk the whole distance ahead
+   * again, a lookup per file: 32 per open at the default distance, for files already on their way.) A
+   * budget that says stop ends the walk, and the next open's walk starts again from there; a jump of the
+   * reader makes it plan again from the reader's new place.
    */
-  private async fetchAll(paths: string[], wanted: () => boolean): Promise<void> {
-    for (const path of paths) {
-      if (!(await this.turn()) || !wanted()) return;
-      const meta = await this.listed(path);
-      if (!meta) {
-        this.deps.metrics.inc('prefetch_fill_skipped');
-        continue;
+  private async walk(stream: ReadStream, pathsAfter: (from: number, direction: 1 | -1, n: number) => string[]): Promise<void> {
+    if (stream.walking) return;
+    stream.walking = true;
+    try {
+      for (let plan = stream.unplanned(); plan; plan = stream.unplanned()) {
+        const epoch = stream.epoch;
+        const paths = pathsAfter(plan.from, plan.direction, plan.distance);
+        if (paths.length === 0) return;
+        let position = plan.from;
+        for (const path of paths) {
+          position += plan.direction;
+          if (!(await this.turn())) return;
+          if (stream.epoch !== epoch) break;
+          if (!(await this.fetchOne(path))) return;
+          stream.dealtWith(position);
+        }
       }
-      if (meta.size === 0 || this.deps.store.has(meta)) continue;
-      if (!this.startFetch(meta)) return;
+    } finally {
+      stream.walking = false;
     }
+  }
+
+  /** Starts the download of the file at `path` unless it is fetched, on its way or absent; false when a budget says stop. */
+  private async fetchOne(path: string): Promise<boolean> {
+    const meta = await this.listed(path);
+    if (!meta) {
+      this.deps.metrics.inc('prefetch_fill_skipped');
+      return true;
+    }
+    if (meta.size === 0 || this.deps.store.has(meta)) return true;
+    return this.startFetch(meta);
   }
 
   /** Waits until fewer than --prefetch-max-parallel-downloads prefetches are in flight; false once closed. */

@@ -24,6 +24,10 @@ export class ReadStream {
   private distance = 0;
   /** Bumped on every jump: a round of fetches planned before it is no longer wanted. */
   epoch = 0;
+  /** The furthest position ahead that a walk has dealt with (started, found fetched, found absent); null: none. */
+  private dealt: number | null = null;
+  /** A walk is fetching for this stream: it goes on to wherever later reads move the stream. */
+  walking = false;
 
   constructor(private readonly maxDistance: number) {}
 
@@ -37,6 +41,7 @@ export class ReadStream {
     if (this.direction === 0) {
       if (Math.abs(delta) <= NEIGHBOUR) {
         this.direction = delta > 0 ? 1 : -1;
+        this.dealt = null;
         this.distance = Math.min(this.maxDistance, START_DISTANCE);
       }
       this.last = position;
@@ -56,10 +61,29 @@ export class ReadStream {
     }
     // A jump: the reader is not walking this way (or started over elsewhere).
     this.epoch++;
+    this.dealt = null;
     this.direction = 0;
     this.distance = 0;
     this.last = position;
     return null;
+  }
+
+  /**
+   * The part of the stream's reach that no walk has dealt with yet (`from` is the last position dealt
+   * with, or the last read), or null when there is none: what a walk still has to fetch.
+   */
+  unplanned(): StreamAdvice | null {
+    const advice = this.advice();
+    if (!advice) return null;
+    const end = advice.from + advice.direction * advice.distance;
+    const from = this.dealt !== null && (this.dealt - advice.from) * advice.direction > 0 ? this.dealt : advice.from;
+    const distance = (end - from) * advice.direction;
+    return distance > 0 ? { from, direction: advice.direction, distance } : null;
+  }
+
+  /** A walk has dealt with `position` (and every one before it in the stream's direction). */
+  dealtWith(position: number): void {
+    if (this.direction !== 0 && (this.dealt === null || (position - this.dealt) * this.direction > 0)) this.dealt = position;
   }
 
   private advice(): StreamAdvice | null {
