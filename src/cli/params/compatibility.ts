@@ -1,0 +1,42 @@
+// gcsfuse options accepted for compatibility.
+
+import type { Param } from './param.js';
+
+export const COMPATIBILITY_PARAMS = [
+  {
+    flag: 'enable-rapid-appends',
+    configKey: 'write.enable-rapid-appends',
+    type: 'bool',
+    default: true,
+    help: 'Appends to Rapid (zonal) buckets\' appendable objects: gcsmount uploads each file whole (staged) or streamed at close',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'ignore-interrupts',
+    configKey: 'file-system.ignore-interrupts',
+    type: 'bool',
+    default: true,
+    help: 'Protects in-flight writes from signals in gcsfuse: gcsmount never abandons a request for a signal (it does not act on FUSE interrupts)',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'app-name',
+    configKey: 'app-name',
+    type: 'string',
+    default: '',
+    help: 'gcsmount identifies itself to GCS with its own user agent',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+  {
+    flag: 'profile',
+    configKey: 'profile',
+    type: 'string',
+    default: '',
+    help: 'gcsfuse tuning profiles (aiml-*) do not apply: gcsmount\'s defaults target read-heavy ML',
+    group: 'Compatibility',
+    effect: 'ignored',
+  },
+] as const satisfies readonly Param[];

@@ -1,0 +1,22 @@
+// Defaults that depend on the machine (CPUs, memory), and bounds the table shares.
+
+import { availableParallelism, totalmem } from 'node:os';
+
+/** gcsfuse's DefaultMaxParallelDownloads(): max(16, 2 x CPUs). */
+export const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(16, 2 * availableParallelism());
+
+/**
+ * Half the CPUs, at most 8 (a worker receives well over 1 GiB/s; the main thread's serial work is the cap
+ * past that), and none on a 1-CPU machine, where a second thread would only take turns with the first.
+ */
+export const DEFAULT_DOWNLOAD_WORKERS = Math.min(8, Math.floor(availableParallelism() / 2));
+
+/**
+ * One eighth of the machine's RAM, at least 256 MiB and at most 4 GiB: room for a hundred readers' blocks
+ * and the downloads in flight with the default block size, and a small share of a big machine, whose
+ * memory belongs to the pipeline reading through the mount.
+ */
+export const DEFAULT_MEMORY_LIMIT_MB = Math.min(4096, Math.max(256, Math.floor(totalmem() / 8 / 2 ** 20)));
+
+/** gcsfuse accepts TTLs up to MaxInt64 nanoseconds. */
+export const MAX_TTL_SECS = 9_223_372_036;

@@ -1,0 +1,66 @@
+// Writes: staging, streaming uploads, renames of folders.
+
+import type { Param } from './param.js';
+
+export const WRITE_PARAMS = [
+  {
+    flag: 'rename-dir-limit',
+    configKey: 'file-system.rename-dir-limit',
+    type: 'int',
+    default: 0,
+    help: 'Rename a folder only if it holds at most this many objects (each is moved on its own: not atomic); above it, EMFILE, as gcsfuse',
+    group: 'Writes',
+    effect: 'effective',
+    min: 0,
+  },
+  {
+    flag: 'temp-dir',
+    configKey: 'file-system.temp-dir',
+    type: 'string',
+    default: '',
+    help: 'Where files open for writing are staged (in DIR/gcsmount-staging; default: the cache dir\'s gcsmount-cache/staging, else the system temp dir); a write that would leave less than 5% of its disk free (at most 4 GiB) gets ENOSPC',
+    group: 'Writes',
+    effect: 'effective',
+    path: true,
+  },
+  {
+    flag: 'enable-streaming-writes',
+    configKey: 'write.enable-streaming-writes',
+    type: 'bool',
+    default: true,
+    help: 'New files written in order go to GCS chunk by chunk as they are written (a resumable upload finalized at close), not all at close',
+    group: 'Writes',
+    effect: 'effective',
+  },
+  {
+    flag: 'write-block-size-mb',
+    configKey: 'write.block-size-mb',
+    type: 'int',
+    default: 32,
+    help: 'Upload chunk size in MiB: files up to this size are uploaded in one request at close; larger ones in chunks of this size',
+    group: 'Writes',
+    effect: 'effective',
+    min: 1,
+    max: 1024,
+  },
+  {
+    flag: 'write-global-max-blocks',
+    configKey: 'write.global-max-blocks',
+    type: 'int',
+    default: 4,
+    help: 'Chunks of resumable uploads in flight mount-wide (-1: no limit), each holding a chunk of memory from the --memory-limit-mb budget; files of one chunk or less are not limited by it',
+    group: 'Writes',
+    effect: 'effective',
+    min: -1,
+  },
+  {
+    flag: 'write-max-blocks-per-file',
+    configKey: 'write.max-blocks-per-file',
+    type: 'int',
+    default: 1,
+    help: 'Whole chunks a streaming writer may have waiting behind the one being uploaded before its writes wait (each file holds at most this + 1 chunks of memory)',
+    group: 'Writes',
+    effect: 'effective',
+    min: 1,
+  },
+] as const satisfies readonly Param[];
