@@ -363,6 +363,24 @@ describe('metadata at scale through the mount', () => {
     await unmount(m.path);
   }, 60_000);
 
+  it('a lookup walk older than the negative TTL answers a new missing name with the one page it lists for it', async () => {
+    await fsp.mkdir(join(tb.root, tb.bucket, 'late'), { recursive: true });
+    emptyObjects(tb, 'late', 300, (i) => `n${String(i).padStart(3, '0')}`);
+    const m = await mount({ tb, args: ['--metadata-cache-negative-ttl-secs', '1'] });
+    // A missing name starts a lookup walk of the folder at it; its page holds the names after it.
+    expect((await run('stat', [join(m.path, 'late', 'n000x')])).code).not.toBe(0);
+    await sleep(1_200); // the walk lives on, but its pages no longer say "no such name"
+    tb.emulator.resetStats();
+    // A name far past that page (a writer's new temporary file): the walk lists a page at it, for this
+    // lookup, so that page's "no such name" is fresh. (It was asked again by a second walk: 2 lists.)
+    expect((await run('stat', [join(m.path, 'late', 'n250x')])).code).not.toBe(0);
+    expect(tb.emulator.stats().requests.list).toBe(1);
+    // And remembered for the negative TTL, as any lookup's answer.
+    expect((await run('stat', [join(m.path, 'late', 'n250x')])).code).not.toBe(0);
+    expect(tb.emulator.stats().requests.total).toBe(1);
+    await unmount(m.path);
+  }, 60_000);
+
   it('walks 100 folders x 100 objects with about ten list requests (find -ls)', async () => {
     for (let d = 0; d < 100; d++) {
       const dir = `walk/folder-${String(d).padStart(3, '0')}`;

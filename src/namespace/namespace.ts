@@ -9,7 +9,7 @@ import type { Listing } from './listing.js';
 import type { MetadataCache } from './metadata-cache.js';
 import { NameResolver } from './name-resolver.js';
 import { componentProblem, type NameMapper } from './names.js';
-import { baseName, parentPath } from './paths.js';
+import { baseName, childPath, parentPath } from './paths.js';
 import { Walk, type WalkDeps } from './walks.js';
 
 /** How many items a list page asks for. */
@@ -256,15 +256,22 @@ export class Namespace {
 
   /**
    * The answer for `base` in `folder` from a lookup walk: the one that holds the folder, or a new one
-   * rooted at it. A walk too old to say "no such name" gives way to a new one starting at this name (one
-   * request, whose page also answers the names after it). Undefined: ask GCS.
+   * rooted at it. A "no such name" from ranges listed too long ago (older than the negative TTL) gives
+   * way to a new walk starting at this name (one request, whose page also answers the names after it);
+   * one from a page listed for this lookup is trusted, and remembered as a lookup's would be (the kernel
+   * asks again at once for a file being created: its LOOKUP, then its CREATE). Undefined: ask GCS.
    */
   private async fromLookupWalk(folder: string, base: string): Promise<Entry | null | undefined> {
     let walk = this.walkHolding(folder, 'lookup');
     for (let attempt = 0; attempt < 2; attempt++) {
       walk ??= this.addWalk(Walk.forLookup(this.walkDeps, folder, attempt === 0 ? base : this.relistFrom(folder, base)));
       const answer = await walk.lookup(folder, base).catch(() => undefined);
-      if (answer !== null || this.deps.cache.missingTrusted(walk.startedAt)) return answer;
+      if (answer === undefined) return undefined;
+      if (answer.entry !== null) return answer.entry;
+      if (this.deps.cache.missingTrusted(answer.listedAt)) {
+        this.deps.cache.remember(childPath(folder, base), null);
+        return null;
+      }
       this.walks = this.walks.filter((w) => w !== walk);
       walk = null;
     }

@@ -164,11 +164,12 @@ export class Walk {
 
   /**
    * What `base` in the folder at `folder` is, from the ranges listed, listing what it needs first: the
-   * key itself, and whether any key lies under `key/` (the first one there, not the subtree). Null: no
-   * such name (as of the walk's start: the caller checks the negative TTL); undefined: the walk cannot
-   * tell (the folder it completed is no longer cached), ask GCS.
+   * key itself, and whether any key lies under `key/` (the first one there, not the subtree). `entry`
+   * null: no such name as of `listedAt` (the caller checks the negative TTL): the walk's start when the
+   * ranges were listed already, the time of this call when it had to list them; undefined: the walk
+   * cannot tell (the folder it completed is no longer cached), ask GCS.
    */
-  async lookup(folder: string, base: string): Promise<Entry | null | undefined> {
+  async lookup(folder: string, base: string): Promise<{ entry: Entry | null | undefined; listedAt: number }> {
     // A walk started at its folder's first name (a small folder listed whole) answers from that page:
     // a part cut at this name meanwhile would be a second request for names the page holds.
     if (this.whole) await this.lister.cover('');
@@ -177,14 +178,17 @@ export class Walk {
     const dirKnown = () => this.entryIn(folder, rel, base)?.kind === 'dir';
     const known = () => this.lister.covers(key) && (dirKnown() || this.lister.coversRange(`${key}/`, `${key}0`));
     this.earn();
+    let listedAt = this.startedAt;
     if (known()) {
       this.deps.metrics.inc('meta_list_hits');
     } else {
+      // Pages listed from now on (or in flight: asked at most one round trip before) say what is there now.
+      listedAt = this.deps.cache.now();
       this.deps.metrics.inc('meta_prefetch_joined');
       await this.lister.cover(key);
       await this.lister.coverUntil(`${key}/`, `${key}0`, dirKnown);
     }
-    return this.entryIn(folder, rel, base);
+    return { entry: this.entryIn(folder, rel, base), listedAt };
   }
 
   /** What the walk holds of the folder at `folder`, complete or not (names in key order); null if nothing. */
