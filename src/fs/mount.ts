@@ -244,8 +244,9 @@ async function deviceOf(path: string): Promise<string | null> {
  *
  * Only once the kernel has taken our INIT reply: it lowers read_ahead_kb to the reply's max_readahead
  * (the 128 KiB it offered), and a value written before that was undone in 3 of 11 starts of a probe
- * (then every 1 MiB chunk file came as four reads of 256 KiB, not one; 0 of 6 since). Any request on the
- * mount waits for INIT: a stat of its root, off this thread (the thread must be free to answer it).
+ * (then every 1 MiB chunk file came as four reads of 256 KiB, not one; 0 of 14 since). Any request on the
+ * mount waits for INIT: a statfs, off this thread (the thread must be free to answer it). Not a stat:
+ * the root's attributes would stay in the kernel, which then answers a stat of a dead mount itself.
  */
 export async function setReadAhead(path: string, kb: number, log: Logger): Promise<void> {
   if (kb <= 0) return;
@@ -263,10 +264,10 @@ export async function setReadAhead(path: string, kb: number, log: Logger): Promi
   }
 }
 
-/** Waits (5 s at most) until the kernel has the mount's INIT reply: until a stat of its root is answered. */
+/** Waits (5 s at most) until the kernel has the mount's INIT reply: until a statfs of it is answered. */
 async function initialized(path: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, 5_000)));
-  await Promise.race([fsp.stat(path).then(() => undefined, () => undefined), late]);
+  await Promise.race([fsp.statfs(path).then(() => undefined, () => undefined), late]);
   clearTimeout(timer);
 }
