@@ -33,7 +33,7 @@ export interface PrefetcherDeps {
   metrics: Metrics;
 }
 
-/** A folder whose files are opened in name order: the last one opened, its stream once it is one, the newest listing. */
+/** A folder whose files are opened in name order: the last one opened, its stream once it is one, the newest listing while a walk runs. */
 interface FolderWalk {
   last: string;
   stream: ReadStream | null;
@@ -175,8 +175,15 @@ export class Prefetcher {
       if (before >= 0) state.stream.observe(before);
     }
     if (!state.stream.observe(position)) return;
-    // The walk names files from the newest listing an open brought, not the one it started with.
-    await this.walk(state.stream, (from, direction, n) => (state.listing?.filesFrom(from, direction, n) ?? []).map((name) => childPath(dir, name)));
+    // The walk names files from the newest listing an open brought, not the one it started with; the
+    // listing is let go once no walk runs (a held one per followed folder, 10,000 of them, would be
+    // memory outside the mount's budget).
+    const stream = state.stream;
+    try {
+      await this.walk(stream, (from, direction, n) => (state.listing?.filesFrom(from, direction, n) ?? []).map((name) => childPath(dir, name)));
+    } finally {
+      if (!stream.walking) state.listing = null;
+    }
   }
 
   /** Whether `base` is one of the two files after `previous` among the names held of `dir`. */
@@ -210,6 +217,8 @@ export class Prefetcher {
           if (!(await this.turn())) return;
           if (stream.epoch !== epoch) break;
           if (!(await this.fetchOne(path))) return;
+          // A jump while it started: the position belongs to the old stream.
+          if (stream.epoch !== epoch) break;
           stream.dealtWith(position);
         }
       }
