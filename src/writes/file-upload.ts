@@ -195,8 +195,3 @@ export class FileUpload {
     }
   }
 }
-
-/** Whether a failed upload means another writer got there first (ESTALE, the other writer's object kept). */
-export function clobbered(err: unknown): boolean {
-  return isGcsError(err, 'PRECONDITION');
-}

@@ -251,9 +251,7 @@ export class StagedCopy implements UploadSource {
     if (this.tail && this.tail.length > 0) this.seal();
     this.tail?.release();
     this.tail = null;
-    const pending = [...this.full];
-    await Promise.all(pending.map((c) => c.onDisk));
-    for (const c of pending) this.drop(c);
+    await this.dropFull();
     this.checkDisk();
   }
 
@@ -271,10 +269,8 @@ export class StagedCopy implements UploadSource {
     this.idleTimer = null;
     this.tail?.release();
     this.tail = null;
-    const pending = [...this.full];
     // Their writes use the descriptors closed below.
-    await Promise.all(pending.map((c) => c.onDisk));
-    for (const c of pending) this.drop(c);
+    await this.dropFull();
     await this.handle.close().catch(() => undefined);
     await (await this.direct)?.close().catch(() => undefined);
     await unlink(this.path).catch(() => undefined);
@@ -306,6 +302,13 @@ export class StagedCopy implements UploadSource {
     if (at < 0) return;
     this.full.splice(at, 1);
     chunk.release();
+  }
+
+  /** Once every sealed chunk's write has settled, each goes. */
+  private async dropFull(): Promise<void> {
+    const pending = [...this.full];
+    await Promise.all(pending.map((c) => c.onDisk));
+    for (const c of pending) this.drop(c);
   }
 
   /** Chunks the file holds and the upload has sent are needed no more. */
