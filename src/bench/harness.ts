@@ -221,6 +221,16 @@ async function statCpuSeconds(statFile: string): Promise<number> {
   return user + sys;
 }
 
+/**
+ * CPU time (user + system) of this process's children that have exited and been waited for (cutime and
+ * cstime of proc(5)): the reader processes a round ran, in seconds.
+ */
+export async function childrenCpuSeconds(): Promise<number> {
+  const stat = await fsp.readFile('/proc/self/stat', 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[13]) + Number(fields[14])) / 100;
+}
+
 /** User and system CPU time of a process so far, in seconds, apart. */
 export function cpuSplit(pid: number): Promise<{ user: number; sys: number }> {
   return statCpuSplit(`/proc/${pid}/stat`);

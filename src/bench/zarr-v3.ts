@@ -1,7 +1,8 @@
 import { promises as fsp } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { benchBucket, cleanup, mountBench, primeHashes, sh, type BenchBucket } from './harness.js';
+import { benchBucket, childrenCpuSeconds, cleanup, cpuSeconds, daemonPid, mountBench, primeHashes, sh, type BenchBucket } from './harness.js';
 
 /**
  * The v3 part of `npm run bench -- zarr` (issue 31): the same data written plain and sharded (shards of
@@ -18,12 +19,15 @@ const READERS = 16;
 const INNER = 1_100_000;
 const PER_SHARD = 48;
 const LATENCY_MS = 30;
+const CORES = availableParallelism();
 
 interface Row {
   case: string;
   seconds: number;
   media: number;
   mediaBytes: number;
+  /** CPU-s of the reader processes, the daemon (0 for the local copy) and the emulator in the round. */
+  cpu: { readers: number; daemon: number; emulator: number };
 }
 
 export async function zarrV3Rounds(b: BenchBucket, dropFromPageCache: (dir: string) => Promise<void>): Promise<string> {
@@ -38,16 +42,27 @@ export async function zarrV3Rounds(b: BenchBucket, dropFromPageCache: (dir: stri
   await b.emulator.setKnobs({ latencyMs: LATENCY_MS });
   const rows: Row[] = [];
 
-  const round = async (label: string, root: string, array: string, order: string[]): Promise<void> => {
+  // Every party's CPU is counted because on two cores they share, the sum over the cores bounds the
+  // round's time from below whatever gcsmount does: the figure that says whether a goal fits the machine.
+  const round = async (label: string, root: string, array: string, order: string[], mountPoint?: string): Promise<void> => {
     await b.emulator.resetStats();
+    const daemon = mountPoint === undefined ? null : await daemonPid(mountPoint);
+    const cpuNow = async () => ({
+      readers: await childrenCpuSeconds(),
+      daemon: daemon === null ? 0 : await cpuSeconds(daemon),
+      emulator: await cpuSeconds(b.emulator.pid),
+    });
+    const cpu0 = await cpuNow();
     const t0 = performance.now();
     const runs = await Promise.all(
       Array.from({ length: READERS }, (_, k) => sh(process.execPath, [join(FIXTURES, 'read_v3_zarr.mjs'), root, '-', array, ...order, '--part', `${k}/${READERS}`])),
     );
     const seconds = (performance.now() - t0) / 1000;
     for (const r of runs) if (r.code !== 0) throw new Error(`read_v3_zarr.mjs ${root} ${array}: ${r.stderr}`);
+    const cpu1 = await cpuNow();
     const s = await b.emulator.stats();
-    rows.push({ case: label, seconds, media: s.requests.media, mediaBytes: s.mediaBytes });
+    const cpu = { readers: cpu1.readers - cpu0.readers, daemon: cpu1.daemon - cpu0.daemon, emulator: cpu1.emulator - cpu0.emulator };
+    rows.push({ case: label, seconds, media: s.requests.media, mediaBytes: s.mediaBytes, cpu });
     process.stderr.write(`zarr v3 bench: ${label}: ${seconds.toFixed(1)} s\n`);
   };
 
@@ -59,8 +74,8 @@ export async function zarrV3Rounds(b: BenchBucket, dropFromPageCache: (dir: stri
     const cacheDir = await fsp.mkdtemp(join(b.dir, 'v3-cache-'));
     const m = await mountBench(b, ['--cache-dir', cacheDir]);
     try {
-      await round(`gcsmount, ${array}, cold`, join(m.path, 'v3'), array, inOrder);
-      await round(`gcsmount, ${array}, warm`, join(m.path, 'v3'), array, inOrder);
+      await round(`gcsmount, ${array}, cold`, join(m.path, 'v3'), array, inOrder, m.path);
+      await round(`gcsmount, ${array}, warm`, join(m.path, 'v3'), array, inOrder, m.path);
     } finally {
       await m.unmount();
       await fsp.rm(cacheDir, { recursive: true, force: true });
@@ -71,7 +86,7 @@ export async function zarrV3Rounds(b: BenchBucket, dropFromPageCache: (dir: stri
   const cacheDir = await fsp.mkdtemp(join(b.dir, 'v3-cache-'));
   const m = await mountBench(b, ['--cache-dir', cacheDir]);
   try {
-    await round('gcsmount, sharded, shuffled loader, cold', join(m.path, 'v3'), 'sharded', shuffled);
+    await round('gcsmount, sharded, shuffled loader, cold', join(m.path, 'v3'), 'sharded', shuffled, m.path);
   } finally {
     await m.unmount();
     await fsp.rm(cacheDir, { recursive: true, force: true });
@@ -88,9 +103,13 @@ export async function zarrV3Rounds(b: BenchBucket, dropFromPageCache: (dir: stri
       `(${shards} shards of ${PER_SHARD}), raw bytes; ${READERS} reader processes as zarr reads (index, then each inner chunk by range); ` +
       `emulator at ${LATENCY_MS} ms.`,
     '',
-    '| case | seconds | media requests | MB from GCS |',
-    '|---|---|---|---|',
-    ...rows.map((r) => `| ${r.case} | ${r.seconds.toFixed(1)} | ${r.media} | ${(r.mediaBytes / 1e6).toFixed(0)} |`),
+    `| case | seconds | media requests | MB from GCS | CPU-s: readers / daemon / emulator | all CPU / ${CORES} cores |`,
+    '|---|---|---|---|---|---|',
+    ...rows.map(
+      (r) =>
+        `| ${r.case} | ${r.seconds.toFixed(1)} | ${r.media} | ${(r.mediaBytes / 1e6).toFixed(0)} | ` +
+        `${r.cpu.readers.toFixed(2)} / ${r.cpu.daemon.toFixed(2)} / ${r.cpu.emulator.toFixed(2)} | ${((r.cpu.readers + r.cpu.daemon + r.cpu.emulator) / CORES).toFixed(2)} s |`,
+    ),
     '',
     ...ratios,
   ].join('\n');
