@@ -195,7 +195,7 @@ describe('request rate: AIMD', () => {
     r.throttled(await granted(r, clock), null); // the start: to the floor
     r.throttled(await granted(r, clock), null); // the end of the slow start
     // A daemon at 20/s, saturated for two seconds (so what it sent is 20/s, and a cut is from its own rate).
-    (r as unknown as { rateValue: number }).rateValue = 20;
+    (r as unknown as { control: { rateValue: number } }).control.rateValue = 20;
     let stop = false;
     const pump = async () => {
       while (!stop) {
@@ -247,7 +247,7 @@ describe('request rate: AIMD', () => {
     const r = limiter(clock, { initial: 1000 });
     r.throttled(await granted(r, clock), null); // the start: to the floor
     r.throttled(await granted(r, clock), null); // the end of the slow start
-    (r as unknown as { rateValue: number }).rateValue = 8;
+    (r as unknown as { control: { rateValue: number } }).control.rateValue = 8;
     // Readers that ask for 10 tokens at once, every second: they queue each time, but use 10/s.
     for (let s = 0; s < 12; s++) {
       for (let i = 0; i < 10; i++) void r.acquire().then((g) => r.succeeded(g));
@@ -263,7 +263,7 @@ describe('request rate: AIMD', () => {
     r.throttled(await granted(r, clock), null);
     r.throttled(await granted(r, clock), null);
     // Grown to 200/s long ago, now used at 20/s (readers slower than the rate) for two seconds.
-    (r as unknown as { rateValue: number }).rateValue = 200;
+    (r as unknown as { control: { rateValue: number } }).control.rateValue = 200;
     let g!: RateGrant;
     for (let i = 0; i < 40; i++) {
       g = await granted(r, clock);

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { SIDE_DIR } from './names.js';
-import type { StoredObject } from './store.js';
+import type { StoredObject } from './stored-object.js';
 
 /** What an object resource shows beyond its bytes and times. */
 export interface ObjectAttrs {

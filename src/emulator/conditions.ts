@@ -1,6 +1,6 @@
 // Generation and precondition query parameters (generation, ifGenerationMatch, ...).
 import { HttpError } from './context.js';
-import type { StoredObject } from './store.js';
+import type { StoredObject } from './stored-object.js';
 
 const CONDITIONS = ['ifGenerationMatch', 'ifGenerationNotMatch', 'ifMetagenerationMatch', 'ifMetagenerationNotMatch'] as const;
 /** The same conditions on the source of a copy, rewrite or move (`ifSourceGenerationMatch`, ...). */

@@ -1,7 +1,8 @@
 // objects.list semantics: prefix/delimiter collapsing, start/end offsets, and paging in name order.
 import { allNamesBelow, compareNames } from './names.js';
 import { join } from 'node:path';
-import { firstKeyAtOrAfter, type DirDecision, type SortedEntry, type Store } from './store.js';
+import { firstKeyAtOrAfter, type SortedEntry } from './folder-entries.js';
+import type { Store } from './store.js';
 
 export interface ListQuery {
   prefix: string;
@@ -29,6 +30,9 @@ export interface ListPage {
 }
 
 export class ListQueryError extends Error {}
+
+/** What a walk does with a folder: ignore it, list inside it, or report it as one prefix. */
+type DirDecision = 'skip' | 'descend' | 'collapse';
 
 export function parseListQuery(q: URLSearchParams, cap: number): ListQuery {
   let maxResults = cap;
@@ -126,10 +130,10 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
 
   /** Walks one folder in name order; returns false once the page is full, or the end offset or the prefix is passed. */
   const visit = async (abs: string, rel: string, targets: ReadonlySet<string>): Promise<boolean> => {
-    const entries = await store.sortedEntries(abs);
+    const entries = await store.folders.sorted(abs);
     for (let i = firstAtOrAfter(entries, rel, lower); i < entries.length; i++) {
       const e = entries[i]!;
-      const r = await store.resolveEntry(abs, e, targets);
+      const r = await store.folders.resolve(abs, e, targets);
       const name = rel + e.name;
       if (r.kind === 'file') {
         if (E !== null && compareNames(name, E) >= 0) return false;
@@ -145,7 +149,7 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
           // A folder below a child of the prefix rolls up into that child's prefix.
           const rolled = prefix + d.slice(prefix.length, d.indexOf('/', prefix.length) + 1);
           const fresh = !prefixes.has(rolled) && (after === null || compareCursor({ key: rolled, isPrefix: true }, after) > 0);
-          if (fresh && (await store.folderHasFile(join(abs, e.name), r.targets))) prefixes.add(rolled);
+          if (fresh && (await store.folders.hasFile(join(abs, e.name), r.targets))) prefixes.add(rolled);
         }
       }
       if (found() >= wanted) return false;
@@ -154,7 +158,7 @@ export async function listPage(store: Store, bucket: string, q: ListQuery): Prom
   };
   await visit(store.bucketDir(bucket), '', new Set());
   // Side-store entries are added last so they win over a same-named file, matching lookups.
-  for (const name of await store.sideNames(bucket)) if (inRange(name)) add(name, store.sidePath(bucket, name));
+  for (const name of await store.side.names(bucket)) if (inRange(name)) add(name, store.side.objectPath(bucket, name));
 
   const entries: Cursor[] = [];
   for (const key of items.keys()) entries.push({ key, isPrefix: false });

@@ -68,7 +68,7 @@ export async function getObjectMedia(ctx: RequestContext, bucket: string, name: 
     const metaConditioned = ctx.query.has('ifMetagenerationMatch') || ctx.query.has('ifMetagenerationNotMatch');
     checkRead(ctx.query, obj, metaConditioned ? (await ctx.shared.store.attrs.get(obj)).metageneration : '1');
     const hashes = await hashesOf(ctx, opened);
-    const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(obj);
+    const encoding = (await ctx.shared.store.encodings.of(bucket)).of(obj);
     const gzipped = encoding !== null && encoding.toLowerCase() === 'gzip';
     // GCS's decompressive transcoding: a gzip-encoded object is sent decompressed unless the request
     // accepts gzip; then Range is ignored and the answer is a 200 with neither Content-Length nor

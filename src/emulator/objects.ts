@@ -5,7 +5,7 @@ import { project, selects, type FieldTree } from './fields.js';
 import { hashHandle, type Hashes } from './hashes.js';
 import { ListQueryError, listPage, parseListQuery } from './list.js';
 import { bucketResource, objectResource } from './resources.js';
-import type { OpenedObject, StoredObject } from './store.js';
+import { openObject, statObjectSync, type OpenedObject, type StoredObject } from './stored-object.js';
 
 const EMPTY_HASHES: Hashes = { crc32c: 'AAAAAA==', md5Hash: '1B2M2Y8AsgTpgAmY7PhCfg==' };
 
@@ -61,7 +61,7 @@ export async function listObjects(ctx: RequestContext, bucket: string): Promise<
     const it = page.items[i]!;
     described[i] = await describeHashed(ctx, bucket, it.name, it.path);
   });
-  const encodings = await store.contentEncodings(bucket);
+  const encodings = await store.encodings.of(bucket);
   const attrs = await store.attrs.of(bucket);
   const wanted = selectedKeys(fields, ['items']);
   // Every 'to hash' was replaced above.
@@ -89,7 +89,7 @@ export async function getObjectMetadata(ctx: RequestContext, bucket: string, nam
     const attrs = await ctx.shared.store.attrs.get(opened.obj);
     checkRead(ctx.query, opened.obj, attrs.metageneration);
     const hashes = wantsHashes(fields, []) ? await hashesOf(ctx, opened) : null;
-    const encoding = (await ctx.shared.store.contentEncodings(bucket)).of(opened.obj);
+    const encoding = (await ctx.shared.store.encodings.of(bucket)).of(opened.obj);
     await ctx.projected(objectResource(ctx.shared.baseUrl, opened.obj, hashes, encoding, undefined, attrs), fields);
   } finally {
     await opened.fh.close();
@@ -144,7 +144,7 @@ function wantsHashes(fields: FieldTree | null, at: string[]): boolean {
  * still to be hashed ('to hash') take the asynchronous path.
  */
 function describeKnown(ctx: RequestContext, bucket: string, name: string, path: string, wantHashes: boolean): Described | 'to hash' {
-  const obj = ctx.shared.store.statPathSync(bucket, name, path);
+  const obj = statObjectSync(bucket, name, path);
   if (!obj || !wantHashes) return obj && { obj, hashes: null };
   // An empty object's hashes are constants: listing 100,000 empty test objects opens none of them.
   if (obj.size === 0) return { obj, hashes: EMPTY_HASHES };
@@ -154,7 +154,7 @@ function describeKnown(ctx: RequestContext, bucket: string, name: string, path: 
 
 /** Hashes through an open handle, so the result is filed under the version it describes (or joins the hashing of that version under way). */
 async function describeHashed(ctx: RequestContext, bucket: string, name: string, path: string): Promise<Described> {
-  const opened = await ctx.shared.store.openPath(bucket, name, path);
+  const opened = await openObject(bucket, name, path);
   if (!opened) return null;
   try {
     return { obj: opened.obj, hashes: await hashesOf(ctx, opened) };

@@ -2,7 +2,7 @@
 import type { BigIntStats } from 'node:fs';
 import { NO_ATTRS, type ObjectAttrs } from './attributes.js';
 import type { Hashes } from './hashes.js';
-import type { StoredObject } from './store.js';
+import type { StoredObject } from './stored-object.js';
 
 /**
  * GCS etags are base64 of a small protobuf (field 1 = generation, field 2 = metageneration), which is

@@ -12,7 +12,7 @@ import { MultipartError, boundaryOf, readMultipart } from './multipart.js';
 import { objectNameError } from './names.js';
 import { noSuchBucket } from './objects.js';
 import { objectResource } from './resources.js';
-import type { StoredObject } from './store.js';
+import type { StoredObject } from './stored-object.js';
 
 /** A completed upload: what a repeated finalize answers with. */
 interface Done {

@@ -9,7 +9,7 @@ import { HttpError, type RequestContext } from './context.js';
 import { hashesOf, noSuchBucket } from './objects.js';
 import { objectResource } from './resources.js';
 import { readSmallBody } from './uploads.js';
-import type { StoredObject } from './store.js';
+import { openObject, type StoredObject } from './stored-object.js';
 
 /** GCS composes at most 32 sources in one call. */
 const MAX_COMPOSE_SOURCES = 32;
@@ -73,7 +73,7 @@ export async function copyObject(ctx: RequestContext, src: { bucket: string; nam
     try {
       await pipeline(opened!.fh.createReadStream({ start: 0, autoClose: false }), createWriteStream(tmp));
       const attrs = overridden(srcAttrs!, body);
-      const encoding = (await store.contentEncodings(src.bucket)).of(source);
+      const encoding = (await store.encodings.of(src.bucket)).of(source);
       const obj = await store.commit(dest.bucket, dest.name, tmp, (cur, a) => checkWrite(ctx.query, cur, dest, a.metageneration), encoding, attrs);
       if (!rewrite) return await respond(ctx, obj);
       const resource = await resourceOf(ctx, obj);
@@ -168,7 +168,7 @@ export async function moveObject(ctx: RequestContext, bucket: string, srcName: s
       const src = checkSource(ctx.query, cur, { bucket, name: srcName }, attrs?.metageneration);
       // A copy, not a rename: the new file's mtime, hence its generation, is new.
       await fsp.copyFile(src.path, tmp);
-      const encoding = (await store.contentEncodings(bucket)).of(src);
+      const encoding = (await store.encodings.of(bucket)).of(src);
       const dest = { bucket, name: destName };
       const moved = await store.commitHeld(bucket, destName, tmp, (c, a) => checkWrite(ctx.query, c, dest, a.metageneration), encoding, { contentType: attrs!.contentType, metadata: attrs!.metadata });
       await store.removeHeld(bucket, srcName, () => undefined);
@@ -207,11 +207,11 @@ function parseMetadata(v: unknown): Record<string, string> | null {
 
 async function resourceOf(ctx: RequestContext, obj: StoredObject): Promise<Record<string, unknown>> {
   const { store, baseUrl } = ctx.shared;
-  const opened = await store.openPath(obj.bucket, obj.name, obj.path);
+  const opened = await openObject(obj.bucket, obj.name, obj.path);
   if (!opened) throw new HttpError(404, `No such object: ${obj.bucket}/${obj.name}`);
   try {
     const hashes = await hashesOf(ctx, opened);
-    const encoding = (await store.contentEncodings(obj.bucket)).of(opened.obj);
+    const encoding = (await store.encodings.of(obj.bucket)).of(opened.obj);
     return objectResource(baseUrl, opened.obj, hashes, encoding, undefined, await store.attrs.get(opened.obj));
   } finally {
     await opened.fh.close();
