@@ -6,7 +6,8 @@ import type { Logger } from '../observe/logger.js';
 
 /**
  * Block files on disk: reading one whole, writing one with or without O_DIRECT, the cache's own folders.
- * What the disk cache does with them (the index, failures) is disk-cache.ts; eviction is eviction.ts.
+ * What the disk cache does with them (the index, failures) is disk-cache.ts and, for writes, block-writer.ts;
+ * eviction is eviction.ts.
  */
 
 /** O_DIRECT wants the memory, the offset and the length aligned to the device's block; 4 KiB covers 512 and 4K devices. */

@@ -1,5 +1,4 @@
 import { crc32c } from '../crc32c.js';
-import { createHash } from 'node:crypto';
 import { promises as fsp, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../observe/logger.js';
@@ -8,8 +7,12 @@ import type { SizeLimit } from '../units.js';
 import { BlockIndex, type BlockRow } from './block-index.js';
 import { CacheSpace } from './eviction.js';
 import { reconcileBlocks } from './reconcile.js';
-import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
-import { BlockWriteError, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLayouts, writeAndRename } from './block-files.js';
+import type { Health, WriteHealthConfig } from './write-health.js';
+import { ensureLayoutDir, readFully, removeOldLayouts } from './block-files.js';
+import { blockFileKey, type BlockKey } from './block-key.js';
+import { BlockWriter } from './block-writer.js';
+
+export { blockFileKey, type BlockKey } from './block-key.js';
 
 /**
  * Why reading a block file failed, as far as the block goes: only a file that is not there (or is not
@@ -18,24 +21,8 @@ import { BlockWriteError, DIRECT_ALIGN, ensureLayoutDir, readFully, removeOldLay
  */
 const DAMAGE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ELOOP', 'EISDIR', 'EIO']);
 
-/** The process is out of descriptors or memory for a moment: not the cache dir's fault, not a state to enter. */
-const RESOURCE_CODES = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN', 'EINTR']);
-
 /** At most one log line per this long about blocks that could not be read or written for want of resources. */
 const RESOURCE_LOG_MS = 60_000;
-
-/** Which block of which generation of which object, cut at which block size. */
-export interface BlockKey {
-  bucket: string;
-  object: string;
-  generation: string;
-  block: number;
-  /**
-   * Part of the key because block N means different bytes at different sizes, and a size check alone
-   * cannot tell (block 1 of 12 MiB is bytes 4-8 MiB at 4 MiB blocks, 8-12 MiB at 8 MiB: both 4 MiB long).
-   */
-  blockSize: number;
-}
 
 export interface DiskCacheConfig extends WriteHealthConfig {
   dir: string;
@@ -70,25 +57,6 @@ export const BLOCKS_DIR = 'blocks-v2';
 export const INDEX_FILE = 'index.sqlite';
 const BLOCKS = BLOCKS_DIR;
 
-export function blockFileKey(k: BlockKey): string {
-  const name = `${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`;
-  let key = recentKeys.get(name);
-  if (key === undefined) {
-    key = createHash('sha256').update(name).digest('hex').slice(0, 32);
-    if (recentKeys.size >= RECENT_KEYS) recentKeys.clear();
-    recentKeys.set(name, key);
-  }
-  return key;
-}
-
-/**
- * Keys of the blocks asked about lately: one block is looked up, written and looked up again within
- * moments (about five hashes per cold chunk file, each a crypto object: ~40 ms per 1,000 files on the
- * main thread). Forgotten all at once when full: cheaper than an LRU, and a miss only costs a hash.
- */
-const recentKeys = new Map<string, string>();
-const RECENT_KEYS = 16_384;
-
 /**
  * Blocks on local disk, one file each, indexed in SQLite. Never the reason a read fails: a block that is
  * missing, short or fails its CRC32C is dropped and reported as a miss (and counted), one that cannot be
@@ -100,11 +68,8 @@ export class DiskCache {
   /** What the blocks take, what writes in flight reserve, and the eviction that keeps it in bounds. */
   private readonly space: CacheSpace;
   private readonly flushTimer: NodeJS.Timeout;
-  private readonly health: WriteHealth;
-  /** Block writes in progress, by block file key. */
-  private readonly writesInFlight = new Map<string, Promise<void>>();
-  /** Temporary block files written so far: names them. */
-  private tmpCount = 0;
+  /** The write path: blocks into files and rows, and whether writes are paused. */
+  private readonly writer: BlockWriter;
   /** Resolves once files and rows are known to agree (at once, after a clean stop). */
   ready: Promise<void> = Promise.resolve();
   /** Resolves once the block folders of older layouts are gone (never rejects). */
@@ -112,7 +77,6 @@ export class DiskCache {
   private reconciled = true;
   private closed = false;
   private resourceLoggedAt = Number.NEGATIVE_INFINITY;
-  private directIo: boolean;
   /** Keys of blocks read elsewhere (the native read path), pulled before access times are written. */
   private accessSources: (() => readonly string[])[] = [];
 
@@ -121,8 +85,6 @@ export class DiskCache {
     private readonly log: Logger,
     private readonly metrics: Metrics,
   ) {
-    this.directIo = cfg.directIo;
-    this.health = new WriteHealth(cfg, cfg.dir, log);
     // The lock first: until it is ours, another process may be using every file here (`cache info`
     // under a live mount once emptied the daemon's tmp/, and its next rename failed).
     this.index = BlockIndex.open(join(cfg.dir, INDEX_FILE));
@@ -136,6 +98,17 @@ export class DiskCache {
     }
     if (this.index.rebuiltFrom) log.warn({ aside: this.index.rebuiltFrom }, 'block cache index was unreadable; moved aside and started empty');
     this.space = new CacheSpace(cfg, this.index, metrics, (key) => this.path(key), () => this.pullAccess());
+    this.writer = new BlockWriter(cfg, {
+      index: this.index,
+      space: this.space,
+      log,
+      metrics,
+      path: (key) => this.path(key),
+      closed: () => this.closed,
+      ensureLayout: () => this.ensureLayout(),
+      strayFile: () => (this.reconciled = false),
+      resourceTrouble: (code, what) => this.resourceTrouble(code, what),
+    });
     this.flushTimer = setInterval(() => {
       try {
         this.pullAccess();
@@ -144,7 +117,7 @@ export class DiskCache {
         this.space.keepMargin(0);
       } catch (err) {
         // Access times are a hint for eviction: a full disk may lose a batch, never the daemon.
-        this.writeFailed(err as NodeJS.ErrnoException);
+        this.writer.failed(err as NodeJS.ErrnoException);
       }
     }, cfg.accessFlushMs);
     this.flushTimer.unref();
@@ -325,120 +298,14 @@ export class DiskCache {
     }
   }
 
-  /**
-   * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
-   * file without a row (removed by reconciliation) and never a row that names a half-written file.
-   * `data` must stay unchanged until the returned promise settles. `knownCrc32c`: the bytes' CRC32C when
-   * the caller has just checked it, so they are not hashed again.
-   */
+  /** Stores a block (BlockWriter.write); never rejects. */
   write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
-    const key = blockFileKey(k);
-    // One write per block at a time (the bytes of a key never differ): a second would reserve the
-    // block's bytes again, and the budget would count it twice, evicting early, until a restart.
-    const inFlight = this.writesInFlight.get(key);
-    if (inFlight) return inFlight;
-    // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
-    const p = this.writeNow(k, key, data, directCapacity, knownCrc32c).catch((err: Error) => {
-      this.metrics.inc('block_cache_write_errors');
-      this.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
-    });
-    this.writesInFlight.set(key, p);
-    void p.finally(() => this.writesInFlight.delete(key));
-    return p;
+    return this.writer.write(k, data, directCapacity, knownCrc32c);
   }
 
   /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
-  async drain(): Promise<void> {
-    while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
-  }
-
-  private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
-    if (this.closed || data.length > this.space.limitBytes) return;
-    const admitted = this.health.admit();
-    if (admitted === 'skip') return;
-    if (admitted === 'retry') {
-      if (this.health.state === 'unwritable') {
-        try {
-          // Whatever went away (an emptied tmp/, a removed folder) comes back before the retry.
-          this.ensureLayout();
-        } catch (err) {
-          this.writeFailed(err as NodeJS.ErrnoException);
-          return;
-        }
-      }
-    }
-    if (this.index.has(key)) {
-      this.health.notTried(); // not a retry after all: the next write is
-      return;
-    }
-    // Unique within this process, which alone writes here while it holds the index's lock (a count: a
-    // random suffix cost a crypto call per block).
-    const tmp = join(this.cfg.dir, 'tmp', `${key}.${++this.tmpCount}`);
-    const final = this.path(key);
-    let reserved = false;
-    let written = false;
-    let renamed = false;
-    try {
-      for (let room = this.space.makeRoom(data.length); room !== 'now'; room = this.space.makeRoom(data.length)) {
-        if (room === 'none' || this.closed) {
-          // Nothing left to evict above the free-space margin (all of it being written or read): a miss, not a failure.
-          this.metrics.inc('block_cache_skipped_no_room');
-          this.health.notTried();
-          return;
-        }
-        await this.space.unlinked();
-      }
-      // Reserved with no await since the room was found, so concurrent writers cannot overshoot together.
-      this.space.reserve(data.length);
-      reserved = true;
-      try {
-        await this.writeBlockFile(tmp, final, data, directCapacity);
-      } catch (err) {
-        if (err instanceof BlockWriteError && err.stage === 'rename') {
-          this.space.written(data.length);
-          written = true;
-        }
-        throw err;
-      }
-      this.space.written(data.length);
-      written = true;
-      renamed = true;
-      if (this.closed) throw new Error('closed');
-      // A close while this waits commits the row (close() writes what is pending) and resolves it.
-      await this.index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
-      this.health.succeeded();
-    } catch (err) {
-      if (reserved) this.space.unreserve(data.length, written);
-      await fsp.rm(tmp, { force: true }).catch(() => undefined);
-      // A file without a row costs disk the budget does not see, and after a clean stop nothing would
-      // look for it: take it back. If even that fails, the next start reconciles.
-      if (renamed) await fsp.rm(final, { force: true }).catch(() => (this.reconciled = false));
-      if (!this.closed) this.writeFailed(err as NodeJS.ErrnoException);
-    }
-  }
-
-  /**
-   * O_DIRECT when the block's memory is aligned and has room for the padded length: block files are
-   * written once and read rarely, and the bytes a reader wants are in the kernel's cache of the mounted
-   * file already, so a second copy in the page cache would only cost a memory copy and memory (measured
-   * here: 1 GiB of 4 MiB block files, 0.1 CPU-s with O_DIRECT against 0.26-3.0 s through the page cache).
-   */
-  private async writeBlockFile(tmp: string, final: string, data: Buffer, directCapacity: number): Promise<void> {
-    const padded = Math.ceil(data.length / DIRECT_ALIGN) * DIRECT_ALIGN;
-    if (this.directIo && data.length > 0 && directCapacity >= padded) {
-      try {
-        return await writeAndRename(tmp, final, Buffer.from(data.buffer, data.byteOffset, padded), padded, data.length, true, this.cfg.addonWrites);
-      } catch (err) {
-        // EINVAL at open: the file system refuses O_DIRECT (tmpfs before Linux 6.6, for one), for every
-        // block; EINVAL later: this write's (a short write leaves the next one unaligned).
-        if (!(err instanceof BlockWriteError) || err.code !== 'EINVAL' || err.stage === 'rename') throw err;
-        if (err.stage === 'open') {
-          this.directIo = false;
-          this.log.info({ dir: this.cfg.dir }, 'the cache dir\'s file system refuses O_DIRECT; block files are written through the page cache');
-        }
-      }
-    }
-    await writeAndRename(tmp, final, data, data.length, data.length, false, this.cfg.addonWrites);
+  drain(): Promise<void> {
+    return this.writer.drain();
   }
 
   private resourceTrouble(code: string, what: string): void {
@@ -446,25 +313,6 @@ export class DiskCache {
     if (now - this.resourceLoggedAt < RESOURCE_LOG_MS) return;
     this.resourceLoggedAt = now;
     this.log.warn({ dir: this.cfg.dir, code }, `${what} (${code}: the daemon is short of file descriptors or memory; logged once a minute)`);
-  }
-
-  /** A write failed: writes pause (WriteHealth); after a full disk, a slice of the cache goes too. */
-  private writeFailed(err: NodeJS.ErrnoException): void {
-    this.metrics.inc('block_cache_write_errors');
-    if (err.code && RESOURCE_CODES.has(err.code)) {
-      // This write is lost, the cache dir is fine: no pause. If it was the retry, the next write is.
-      this.health.notTried();
-      this.resourceTrouble(err.code, 'a block could not be written to the cache just now');
-      return;
-    }
-    this.health.failed(err);
-    if (!isDiskFull(err)) return;
-    try {
-      // Make the next attempt likely to fit: give back a slice of what we hold.
-      this.space.evictDownTo(this.space.bytes * this.cfg.lowWatermark);
-    } catch {
-      // The index may be what is full; the pause still holds.
-    }
   }
 
   private drop(row: BlockRow, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
@@ -491,7 +339,7 @@ export class DiskCache {
   info(): { dir: string; bytes: number; blocks: number; objects: number; limitBytes: number | null; state: Health } {
     const t = this.index.totals();
     const limitBytes = this.space.limitBytes;
-    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(limitBytes) ? limitBytes : null, state: this.health.state };
+    return { dir: this.cfg.dir, ...t, limitBytes: Number.isFinite(limitBytes) ? limitBytes : null, state: this.writer.state };
   }
 
   /** Re-checks every block's CRC32C, dropping bad ones. */

@@ -1,32 +1,15 @@
-import { BlockBuffers } from '../blocks/block-buffers.js';
-import { BlockSource } from '../blocks/block-source.js';
-import { DownloadScheduler } from '../blocks/download-scheduler.js';
-import { ReadaheadBudget } from '../blocks/readahead-budget.js';
-import { mountMemoryBudget } from './memory-limit.js';
-import { releaseIdleMemory } from '../block-memory.js';
-import { AdaptiveConcurrency } from '../gcs/adaptive-concurrency.js';
-import { IndexLockedError } from '../blocks/block-index.js';
-import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
-import { NATIVE_MEMORY_BYTES, NativeReads } from '../fs/native-reads.js';
+import type { DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
 import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
 import { Prefetcher } from '../prefetch/prefetcher.js';
-import { PrefetchStore } from '../prefetch/prefetch-store.js';
-import { warm } from '../fs/warmer.js';
-import { startControlServer, type MountInfo } from '../observe/control-server.js';
-import { startPrometheus } from '../observe/prometheus.js';
-import { controlSocketFor, ensureRuntimeDir } from '../observe/runtime-dir.js';
-import { PrivateDirError } from '../private-dir.js';
-import { prepareCacheHome } from '../blocks/cache-home.js';
+import type { ControlServer, MountInfo } from '../observe/control-server.js';
+import { ensureRuntimeDir } from '../observe/runtime-dir.js';
 import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
-import { FuseUnavailableError, loadFuse } from '../fs/kernel.js';
-import { resolveAuth, type CredentialSource } from '../gcs/auth.js';
-import { checkKeyFile } from '../gcs/key-file.js';
-import { resolveEndpoint } from '../gcs/endpoint.js';
-import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
-import { requestRateForFlags } from '../gcs/request-rate.js';
-import { DEFAULT_RETRY } from '../gcs/retry.js';
-import { StallTimeout } from '../gcs/stall-timeout.js';
+import { FuseUnavailableError, loadFuse, type FuseAddon } from '../fs/kernel.js';
+import type { ObjectClient } from '../gcs/object-client.js';
+import type { HttpObjectClient } from '../gcs/http-client.js';
+import type { RequestRate } from '../gcs/request-rate.js';
+import type { MemoryBudget } from '../memory/memory-budget.js';
 import { OnceLog, type Logger } from '../observe/logger.js';
 import { trackMainThread } from '../observe/event-loop.js';
 import { Metrics } from '../observe/metrics.js';
@@ -35,19 +18,14 @@ import { Namespace } from '../namespace/namespace.js';
 import { getSizeLimit, getTtl, metadataCacheTtl, type MountOptions } from './options.js';
 import { MetadataCache } from '../namespace/metadata-cache.js';
 import type { Ttl } from './values.js';
-import { EXIT, UserError } from './exit.js';
 import { readOnly, wireWrites } from './write-wiring.js';
+import { checkBucket, gcsAccess, gcsClientConfig, openGcsClient } from './gcs-wiring.js';
+import { openDiskCache, wireBlocks, type BlockStack } from './block-wiring.js';
+import { listenPrometheus, startControl } from './control-wiring.js';
 
 const MIB = 1024 * 1024;
-/**
- * gcsfuse's --max-conns-per-host 0 means "no limit"; requests in flight still need a ceiling for the
- * adaptive limit to halve from on a 429. gcsfuse keeps up to 100 idle connections by default.
- */
-const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** gcsfuse's -1 (unlimited) for --metadata-prefetch-max-workers: parts of one listing still need a bound. */
 const UNLIMITED_LIST_WORKERS = 64;
-/** The longest sleep between two tries of the start-up bucket check: a start should follow a recovery soon. */
-const STARTUP_CHECK_MAX_SLEEP_MS = 5_000;
 /** What the kernel is told for "never expires": a year is forever for a mount. */
 const KERNEL_FOREVER_SECS = 365 * 24 * 3600;
 
@@ -65,20 +43,24 @@ function kernelSecs(ttl: Ttl): number {
   return ttl.kind === 'off' ? 0 : ttl.ms / 1000;
 }
 
-function credentialSource(opts: MountOptions, customEndpoint: boolean): CredentialSource {
-  const v = opts.values;
-  // Checked even where it goes unused (a custom endpoint, --anonymous-access): a corrupt key given on
-  // purpose is a mistake to report, never a reason to carry on without credentials.
-  if (v['key-file']) checkKeyFile(v['key-file']);
-  if (customEndpoint || v['anonymous-access']) return { kind: 'none' };
-  if (v['key-file']) return { kind: 'key-file', path: v['key-file'] };
-  return { kind: 'default' };
-}
-
 export interface RunningDaemon {
   mount: FuseMount;
   metrics: Metrics;
   stop(): Promise<void>;
+}
+
+/** Everything a running daemon closes when it stops, in the order stopInOrder() closes it. */
+interface Stack {
+  prefetcher: Prefetcher | null;
+  mount: FuseMount;
+  control: ControlServer;
+  prometheus: { close(): Promise<void> } | null;
+  writeSide: ReturnType<typeof wireWrites> | null;
+  disk: DiskCache | null;
+  blockStack: BlockStack;
+  client: HttpObjectClient;
+  rate: RequestRate | null | undefined;
+  metrics: Metrics;
 }
 
 /**
@@ -103,20 +85,8 @@ export async function startDaemon(opts: MountOptions, log: Logger, lostLogLines:
   }
 }
 
-/** A --prometheus-port another process holds is the user's to fix: exit 2 with one line, like a bad flag. */
-async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited<ReturnType<typeof startPrometheus>>> {
-  try {
-    return await startPrometheus(metrics, port);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') throw new UserError(`--prometheus-port ${port} is already in use by another process`, EXIT.usage);
-    throw new UserError(`--prometheus-port ${port} cannot be used: ${code ?? (err as Error).message}`, EXIT.usage);
-  }
-}
-
-/** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
-async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[]): Promise<RunningDaemon> {
-  const v = opts.values;
+/** The mount point made ready and the FUSE addon loaded, before anything is started. */
+async function prepareKernelSide(opts: MountOptions, log: Logger): Promise<{ mountPoint: string; fuse: FuseAddon }> {
   const mountPoint = await prepareMountPoint(opts.mountPoint);
   // Checked before anything is started: a machine without FUSE gets one line naming what to install.
   let fuse;
@@ -129,15 +99,16 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
   // Block files, sockets and native reads each hold a descriptor: take all the system allows.
   const [softFiles, hardFiles] = fuse.raiseFileLimit();
   log.info({ soft: softFiles, hard: hardFiles }, `open file limit (RLIMIT_NOFILE): ${softFiles < 0 ? 'unlimited' : softFiles}`);
+  return { mountPoint, fuse };
+}
+
+/** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
+async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[]): Promise<RunningDaemon> {
+  const v = opts.values;
+  const { mountPoint, fuse } = await prepareKernelSide(opts, log);
   // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
   await ensureRuntimeDir();
-  let endpoint;
-  try {
-    endpoint = resolveEndpoint(v['custom-endpoint'] || undefined, process.env);
-  } catch (err) {
-    throw new UserError((err as Error).message, EXIT.usage);
-  }
-  const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
+  const access = await gcsAccess(opts);
   const metrics = new Metrics();
   metrics.addCounterSource('log_lines_lost', lostLogLines);
   undo.push(trackMainThread(metrics));
@@ -147,102 +118,64 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     undo.push(() => prometheus.close());
     log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
   }
-  const maxConnections = v['max-conns-per-host'] > 0 ? v['max-conns-per-host'] : 0;
-  const concurrency = new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 });
-  metrics.setGauge('gcs_concurrency_limit', () => concurrency.current);
-  const rate = requestRateForFlags(v['initial-ops-per-sec'], v['limit-ops-per-sec']);
-  if (rate) {
-    metrics.setGauge('gcs_rate_limit', () => Math.round(rate.rate * 10) / 10);
-    metrics.setGauge('gcs_rate_ceiling', () => Math.round(rate.ceiling()));
-    metrics.setGauge('gcs_rate_queued', () => rate.queued);
-  }
-  const stall = v['enable-read-stall-retry']
-    ? new StallTimeout({
-        initialMs: v['read-stall-initial-req-timeout'],
-        minMs: v['read-stall-min-req-timeout'],
-        maxMs: Math.max(v['read-stall-min-req-timeout'], v['read-stall-max-req-timeout']),
-        percentile: v['read-stall-req-target-percentile'],
-      })
-    : null;
-  if (stall) metrics.setGauge('gcs_stall_timeout_ms', () => Math.round(stall.currentMs));
-  const clientConfig: HttpClientConfig = {
-    endpoint,
-    bucket: opts.bucket,
-    auth,
-    maxConnections,
-    timeoutMs: v['http-client-timeout'],
-    retry: {
-      ...DEFAULT_RETRY,
-      maxAttempts: v['max-retry-attempts'] > 0 ? v['max-retry-attempts'] : Number.POSITIVE_INFINITY,
-      multiplier: v['retry-multiplier'],
-      maxDelayMs: v['max-retry-sleep'],
-    },
-    concurrency,
-    // Lookups and listings never wait for sockets or slots that downloads hold: their own pool, as large.
-    metadata: { connections: maxConnections, concurrency: new AdaptiveConcurrency({ max: maxConnections || UNLIMITED_CONNECTIONS_CEILING, min: 1, cooldownMs: 1000 }) },
-    rate,
-    stall,
-    maxRetryDurationMs: v['max-retry-duration'],
-    log,
-    metrics,
-  };
-  const downloadWorkers = v['download-workers'];
-
-  // A missing bucket or refused credentials fail the mount at once (not retryable); a throttled or
-  // briefly failing bucket is retried until --startup-check-timeout, so it slows a start but does not
-  // fail it (under systemd, a failed start is a restart loop that adds to the load).
-  const checkMs = v['startup-check-timeout'];
-  const probe = new HttpObjectClient({
-    ...clientConfig,
-    retry: { ...clientConfig.retry, maxAttempts: checkMs > 0 ? Number.POSITIVE_INFINITY : 1, maxDelayMs: Math.min(clientConfig.retry.maxDelayMs, STARTUP_CHECK_MAX_SLEEP_MS) },
-    maxRetryDurationMs: checkMs,
-    retryBoundFlag: '--startup-check-timeout',
-    concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
-    metadata: null,
-    rate: null,
-  });
-  try {
-    // objects.list, not a bucket GET: a read-only key (objectViewer) lacks storage.buckets.get (gcsfuse #982).
-    await probe.probeBucket();
-  } finally {
-    await probe.close();
-  }
+  const clientConfig = gcsClientConfig(opts, access, log, metrics);
+  await checkBucket(clientConfig, v['startup-check-timeout']);
 
   const disk = openDiskCache(opts, log, metrics);
   if (disk) undo.push(() => disk.close());
-  const client = new HttpObjectClient({ ...clientConfig, downloadWorkers });
+  const downloadWorkers = v['download-workers'];
+  const client = openGcsClient(clientConfig, downloadWorkers, metrics);
   undo.push(() => client.close());
+  const blockStack = wireBlocks(opts, { client, disk, fuse, downloadWorkers, log, metrics }, undo);
+  const { scheduler, memory, blocks } = blockStack;
+  const { names, namespace, ttl, negativeTtl } = wireNamespace(opts, client, memory, log, metrics);
+  const prefetcher = wirePrefetcher(opts, namespace, blockStack, disk, log, metrics);
+  const cacheHome = disk ? disk.info().dir : null;
+  const writeSide = readOnly(opts) ? null : wireWrites(opts, { client, namespace, names, blocks, memory, sharedMemory: downloadWorkers > 0, cacheHome, ttls: [ttl, negativeTtl], log, metrics });
+  if (writeSide) undo.push(() => writeSide.close());
+  const { onRequest, kernelCache } = wireOperations(opts, { fuse, writeSide, blockStack, prefetcher, namespace, ttl, negativeTtl, log, metrics });
+
+  const { allowOther, extra } = kernelMountOptions(v.o, log);
+  const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? disk.info().dir : null };
   const workers = client.workers;
-  if (workers) {
-    metrics.setGauge('download_workers', () => workers.count);
-    metrics.setGauge('download_workers_in_flight', () => workers.inFlight);
-    metrics.setGauge('download_workers_utilization', () => Math.max(0, ...workers.loads().map((l) => l.utilization)));
-  }
-  const blockSize = v['block-size-mb'] * MIB;
-  const unlimited = (n: number) => (n < 0 ? Number.POSITIVE_INFINITY : n);
-  const scheduler = new DownloadScheduler({
-    global: unlimited(v['file-cache-max-parallel-downloads']),
-    perFile: v['file-cache-enable-parallel-downloads'] ? Math.max(1, v['file-cache-parallel-downloads-per-file']) : 1,
+  const control = await startControl(info, { metrics, downloadWorkerLoads: () => workers?.loads() ?? [], client, names, blocks, disk, scheduler, log });
+  undo.push(() => control.close());
+
+  const mount = FuseMount.mount(mountPoint, fuse, onRequest, {
+    readOnly: readOnly(opts),
+    fsName: opts.bucket,
+    allowOther,
+    extra,
+    // Enough for the kernel to keep every download slot busy with readahead and parallel readers.
+    maxBackground: Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
   });
-  const budget = new ReadaheadBudget(unlimited(v['read-global-max-blocks']));
-  const memory = mountMemoryBudget(opts, blockSize, disk ? NATIVE_MEMORY_BYTES : 0, log, metrics);
-  const buffers = new BlockBuffers({
-    blockSize,
-    budget: memory,
-    poison: process.env.GCSMOUNT_POISON_RELEASED_BLOCKS === '1',
-    // Idle memory goes back to the system within seconds; a busy mount reuses its buffers long before.
-    idleTrimMs: 2000,
-    // Download workers receive bodies straight into block memory: it must be shared with them.
-    shared: downloadWorkers > 0,
-    onIdle: releaseIdleMemory,
-  });
-  undo.push(() => buffers.close());
-  // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
-  const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics, memory);
-  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
-  metrics.setGauge('readahead_blocks', () => budget.inUse);
-  // Reads of blocks already on disk are answered by native workers, without JavaScript.
-  const native = disk ? NativeReads.start({ fuse, blocks, disk, metrics, log }) : null;
+  undo.push(() => mount.unmount());
+  kernelCache.attach(mount.session);
+  await setReadAhead(mountPoint, v['max-read-ahead-kb'], log);
+  // Only now does `gcsmount wait` get its answer.
+  control.open();
+
+  const stack: Stack = { prefetcher, mount, control, prometheus, writeSide, disk, blockStack, client, rate: clientConfig.rate, metrics };
+  return {
+    mount,
+    metrics,
+    async stop() {
+      // Node ends a process whose event loop is empty even while it awaits: a stop waiting on a block
+      // index batch (an unref'd timer) or a worker's end would exit silently half-way, its block cache
+      // and final counters never closed or written (seen when stopped during downloads under faults).
+      const alive = setInterval(() => undefined, 1000);
+      try {
+        await stopInOrder(stack, v['unmount-grace-period'], log);
+      } finally {
+        clearInterval(alive);
+      }
+    },
+  };
+}
+
+/** The metadata side: the caches of stats, types and listings, path <-> name mapping, the namespace over them. */
+function wireNamespace(opts: MountOptions, client: ObjectClient, memory: MemoryBudget, log: Logger, metrics: Metrics) {
+  const v = opts.values;
   const once = new OnceLog(log);
   const ttl = metadataCacheTtl(opts);
   const negativeTtl = getTtl(opts, 'metadata-cache-negative-ttl-secs');
@@ -267,35 +200,58 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     once,
     metrics,
   });
+  return { names, namespace, ttl, negativeTtl };
+}
+
+/** The prefetcher of files not yet opened (Zarr chunks, siblings), or null when the flags turn it off. */
+function wirePrefetcher(opts: MountOptions, namespace: Namespace, blockStack: BlockStack, disk: DiskCache | null, log: Logger, metrics: Metrics): Prefetcher | null {
+  const v = opts.values;
   const prefetchOn = (v['prefetch-zarr'] || v['prefetch-siblings']) && v['prefetch-max-files-ahead'] > 0;
-  const prefetcher = prefetchOn
-    ? new Prefetcher({
-        namespace,
-        blocks,
-        disk,
-        store: prefetchStore,
-        config: {
-          zarr: v['prefetch-zarr'],
-          siblings: v['prefetch-siblings'],
-          maxFilesAhead: v['prefetch-max-files-ahead'],
-          maxParallel: v['prefetch-max-parallel-downloads'],
-          maxBlocksPerFile: v['prefetch-max-blocks-per-file'],
-        },
-        log,
-        metrics,
-      })
-    : null;
-  const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
-  const cacheHome = disk ? disk.info().dir : null;
-  const writeSide = readOnly(opts) ? null : wireWrites(opts, { client, namespace, names, blocks, memory, sharedMemory: downloadWorkers > 0, cacheHome, ttls: [ttl, negativeTtl], log, metrics });
-  if (writeSide) undo.push(() => writeSide.close());
-  const { onRequest, kernelCache } = createOperations({
-    writes: writeSide?.writes ?? null,
-    fuse,
-    native,
-    prefetcher,
+  if (!prefetchOn) return null;
+  return new Prefetcher({
     namespace,
-    blocks,
+    blocks: blockStack.blocks,
+    disk,
+    store: blockStack.prefetchStore,
+    config: {
+      zarr: v['prefetch-zarr'],
+      siblings: v['prefetch-siblings'],
+      maxFilesAhead: v['prefetch-max-files-ahead'],
+      maxParallel: v['prefetch-max-parallel-downloads'],
+      maxBlocksPerFile: v['prefetch-max-blocks-per-file'],
+    },
+    log,
+    metrics,
+  });
+}
+
+/** What the FUSE operations are built over. */
+interface OperationParts {
+  fuse: FuseAddon;
+  writeSide: ReturnType<typeof wireWrites> | null;
+  blockStack: BlockStack;
+  prefetcher: Prefetcher | null;
+  namespace: Namespace;
+  /** The metadata TTLs, which the kernel's timeouts follow. */
+  ttl: Ttl;
+  negativeTtl: Ttl;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** The FUSE operations over the stack: file attributes, the reader's window, the kernel's timeouts. */
+function wireOperations(opts: MountOptions, p: OperationParts): ReturnType<typeof createOperations> {
+  const v = opts.values;
+  const { ttl, negativeTtl } = p;
+  const { blockSize, budget, memory } = p.blockStack;
+  const listTtl = getTtl(opts, 'kernel-list-cache-ttl-secs');
+  return createOperations({
+    writes: p.writeSide?.writes ?? null,
+    fuse: p.fuse,
+    native: p.blockStack.native,
+    prefetcher: p.prefetcher,
+    namespace: p.namespace,
+    blocks: p.blockStack.blocks,
     attributes: {
       uid: v.uid >= 0 ? v.uid : process.getuid!(),
       gid: v.gid >= 0 ? v.gid : process.getgid!(),
@@ -312,140 +268,50 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
       negativeSec: kernelSecs(negativeTtl),
       listCacheMs: listTtl.kind === 'forever' ? Number.POSITIVE_INFINITY : listTtl.kind === 'ms' ? listTtl.ms : 0,
     },
-    log,
-    metrics,
+    log: p.log,
+    metrics: p.metrics,
   });
+}
 
+/** -o options: allow_other, the ones passed to libfuse (PASSED_MOUNT_OPTIONS), the rest logged as ignored. */
+function kernelMountOptions(o: readonly string[], log: Logger): { allowOther: boolean; extra: string[] } {
   let allowOther = false;
   const extra: string[] = [];
-  for (const o of v.o) {
-    if (o === 'allow_other') allowOther = true;
-    else if (PASSED_MOUNT_OPTIONS.has(o)) extra.push(o);
+  for (const opt of o) {
+    if (opt === 'allow_other') allowOther = true;
+    else if (PASSED_MOUNT_OPTIONS.has(opt)) extra.push(opt);
     // rw has its own notice (options.ts), logged with the others at start.
-    else if (o !== 'ro' && o !== 'rw') log.warn({ option: o }, `mount option -o ${o} is ignored: gcsmount mounts with its own kernel options`);
+    else if (opt !== 'ro' && opt !== 'rw') log.warn({ option: opt }, `mount option -o ${opt} is ignored: gcsmount mounts with its own kernel options`);
   }
-  const info: MountInfo = { mountPoint, bucket: opts.bucket, pid: process.pid, cacheDir: disk ? disk.info().dir : null };
-  const control = await startControlServer(
-    await controlSocketFor(mountPoint),
-    {
-      info: () => info,
-      stats: () => statsReport(info, metrics, workers?.loads() ?? []),
-      warm: (path, progress, signal) => {
-        if (!disk) throw new Error('this mount has no --cache-dir: there is nothing to warm into');
-        return warm({ client, names, blocks, disk, parallel: Math.min(64, Math.max(4, scheduler.limit)) }, path, progress, signal);
-      },
-    },
-    log,
+  return { allowOther, extra };
+}
+
+/** The daemon's stop: the mount first, then each part once nothing still running uses it. */
+async function stopInOrder(s: Stack, graceMs: number, log: Logger): Promise<void> {
+  s.prefetcher?.close();
+  // Caches close only once the kernel has ended the session: a busy mount is detached and its open
+  // files served until they close (or the grace period runs out, after which requests answer EIO).
+  const outcome = await s.mount.unmount(graceMs, () =>
+    log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
   );
-  undo.push(() => control.close());
-
-  const mount = FuseMount.mount(mountPoint, fuse, onRequest, {
-    readOnly: readOnly(opts),
-    fsName: opts.bucket,
-    allowOther,
-    extra,
-    // Enough for the kernel to keep every download slot busy with readahead and parallel readers.
-    maxBackground: Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
-  });
-  undo.push(() => mount.unmount());
-  kernelCache.attach(mount.session);
-  await setReadAhead(mountPoint, v['max-read-ahead-kb'], log);
-  // Only now does `gcsmount wait` get its answer.
-  control.open();
-
-  return {
-    mount,
-    metrics,
-    async stop() {
-      // Node ends a process whose event loop is empty even while it awaits: a stop waiting on a block
-      // index batch (an unref'd timer) or a worker's end would exit silently half-way, its block cache
-      // and final counters never closed or written (seen when stopped during downloads under faults).
-      const alive = setInterval(() => undefined, 1000);
-      try {
-        await stopInOrder();
-      } finally {
-        clearInterval(alive);
-      }
-    },
-  };
-
-  async function stopInOrder(): Promise<void> {
-    prefetcher?.close();
-    // Caches close only once the kernel has ended the session: a busy mount is detached and its open
-    // files served until they close (or the grace period runs out, after which requests answer EIO).
-    const graceMs = v['unmount-grace-period'];
-    const outcome = await mount.unmount(graceMs, () =>
-      log.info({ graceMs }, 'mount busy or detached: serving the files still open until they close, for the grace period at most'),
-    );
-    if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
-    log.debug({ outcome }, 'stopping: unmounted');
-    await control.close();
-    await prometheus?.close();
-    // Files closed last are still uploading (and their blocks going into the cache).
-    await writeSide?.writes.drain();
-    writeSide?.close();
-    log.debug('stopping: writes drained');
-    await disk?.drain();
-    disk?.close();
-    log.debug('stopping: block cache closed');
-    prefetchStore.close();
-    blocks.close();
-    buffers.close();
-    memory.close();
-    log.debug('stopping: memory released');
-    await client.close();
-    log.debug('stopping: GCS client closed');
-    rate?.close();
-    log.info({ metrics: metrics.snapshot() }, 'final counters');
-  }
-}
-
-/** What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first. */
-/** `downloadWorkers`: each download worker's load (none with --download-workers 0). */
-function statsReport(info: MountInfo, metrics: Metrics, downloadWorkers: { utilization: number; inFlight: number }[]) {
-  const snap = metrics.snapshot();
-  const c = snap.counters;
-  const blocksRead = c.block_cache_hits + c.block_cache_misses;
-  return {
-    ...info,
-    uptimeSeconds: snap.uptimeSeconds,
-    summary: {
-      blockCacheHitRatio: blocksRead ? c.block_cache_hits / blocksRead : null,
-      bytesFromCache: c.block_cache_hit_bytes,
-      bytesFetched: c.block_fetch_bytes,
-      gcsRequests: c.gcs_requests_bucket + c.gcs_requests_list + c.gcs_requests_metadata + c.gcs_requests_media,
-      prefetchedFiles: c.prefetch_files,
-      prefetchedBytes: c.prefetch_bytes,
-      prefetchUsedFiles: c.prefetch_used_files,
-      prefetchHitRatio: c.prefetch_files ? c.prefetch_used_files / c.prefetch_files : null,
-      prefetchWastedBytes: c.prefetch_wasted_bytes,
-    },
-    counters: c,
-    gauges: snap.gauges,
-    fuseOps: snap.ops,
-    // Which thread limits the mount: the main thread near 1 (what only it does: scheduling, metadata,
-    // FUSE requests), or the download workers (HTTP bodies, their copies and checks).
-    threads: { mainUtilization: snap.gauges.main_thread_utilization ?? null, downloadWorkers },
-  };
-}
-
-/**
- * The block cache on disk, when --cache-dir is given and --file-cache-max-size-mb is not 0. Problems a
- * user can fix (a directory that cannot be made or written, one another daemon holds) stop the mount
- * with one line; later trouble (a full disk) only turns the cache off for a while.
- */
-function openDiskCache(opts: MountOptions, log: Logger, metrics: Metrics): DiskCache | null {
-  const dir = opts.values['cache-dir'];
-  const limit = getSizeLimit(opts, 'file-cache-max-size-mb');
-  if (!dir || limit.kind === 'off') return null;
-  try {
-    // Everything in DIR/gcsmount-cache (0700, ours); DIR itself may hold anything and is left as it is.
-    const home = prepareCacheHome(dir, log);
-    return DiskCache.open({ dir: home, limit, ...DEFAULT_DISK_CACHE, directIo: opts.values['file-cache-enable-o-direct'] }, log, metrics);
-  } catch (err) {
-    if (err instanceof PrivateDirError) throw new UserError(err.message, EXIT.cacheDir);
-    if (err instanceof IndexLockedError) throw new UserError(`cache dir ${dir} is in use by another gcsmount; give each mount its own --cache-dir`, EXIT.cacheDir);
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new UserError(`cache dir ${dir} cannot be used: ${code ?? (err as Error).message}`, EXIT.cacheDir);
-  }
+  if (outcome === 'detached-timed-out') log.warn({ graceMs }, 'files still open after --unmount-grace-period: stopping anyway; their further reads fail');
+  log.debug({ outcome }, 'stopping: unmounted');
+  await s.control.close();
+  await s.prometheus?.close();
+  // Files closed last are still uploading (and their blocks going into the cache).
+  await s.writeSide?.writes.drain();
+  s.writeSide?.close();
+  log.debug('stopping: writes drained');
+  await s.disk?.drain();
+  s.disk?.close();
+  log.debug('stopping: block cache closed');
+  s.blockStack.prefetchStore.close();
+  s.blockStack.blocks.close();
+  s.blockStack.buffers.close();
+  s.blockStack.memory.close();
+  log.debug('stopping: memory released');
+  await s.client.close();
+  log.debug('stopping: GCS client closed');
+  s.rate?.close();
+  log.info({ metrics: s.metrics.snapshot() }, 'final counters');
 }
