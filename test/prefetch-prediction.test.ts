@@ -76,4 +76,51 @@ describe('ReadStream: how far ahead', () => {
     for (let i = 0; i < 1000; i++) ahead += s.observe(Math.floor(rand() * 10_000))?.distance ?? 0;
     expect(ahead).toBeLessThan(20);
   });
+
+  /**
+   * 16 readers splitting a walk (reader k reads k, k + 16, ...: dask threads, loader processes) in
+   * waves: each wave's 16 reads in a random order, as the readers' fetches land.
+   */
+  const crowd = (seed: number, readers: number, waves: number): number[] => {
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const reads: number[] = [];
+    for (let w = 0; w < waves; w++) {
+      const wave = Array.from({ length: readers }, (_, k) => w * readers + k);
+      for (let i = wave.length - 1; i > 0; i--) {
+        const k = Math.floor(rand() * (i + 1));
+        [wave[i], wave[k]] = [wave[k]!, wave[i]!];
+      }
+      reads.push(...wave);
+    }
+    return reads;
+  };
+
+  it('16 readers splitting a walk: the stream starts in their first waves and reaches ahead of each reader, not only of the front', () => {
+    for (let seed = 1; seed <= 20; seed++) {
+      const s = new ReadStream(32);
+      const reads = crowd(seed, 16, 8);
+      const distances = reads.map((p) => s.observe(p)?.distance ?? 0);
+      // Started within the first two waves (one reader's "two neighbours in turn" rarely happen here).
+      expect(Math.max(...distances.slice(0, 32)), `seed ${seed}`).toBeGreaterThan(0);
+      // By the fifth wave, several files ahead of each reader: beyond the one-reader cap of 32.
+      expect(Math.max(...distances.slice(4 * 16)), `seed ${seed}`).toBeGreaterThan(4 * 32);
+      // Never past 32 files ahead of each of the 16 readers.
+      expect(Math.max(...distances)).toBeLessThanOrEqual(16 * 32);
+    }
+  });
+
+  it('a crowd that scatters (16 shuffled readers of a large array) starts no stream', () => {
+    let seed = 11;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const order = Array.from({ length: 4096 }, (_, i) => i);
+    for (let i = order.length - 1; i > 0; i--) {
+      const k = Math.floor(rand() * (i + 1));
+      [order[i], order[k]] = [order[k]!, order[i]!];
+    }
+    const s = new ReadStream(32);
+    let ahead = 0;
+    for (const p of order) ahead += s.observe(p)?.distance ?? 0;
+    // A stream starts only when two reads in turn happen to be neighbours, and the next read ends it.
+    expect(ahead).toBeLessThan(200);
+  });
 });

@@ -30,9 +30,6 @@ export interface ShardFollowerDeps {
 interface Walk {
   order: InnerOrder;
   stream: ReadStream;
-  /** The furthest position fetched or on its way in this stream's epoch (a round asks only beyond it). */
-  planned: number | null;
-  plannedEpoch: number;
 }
 
 export interface ShardedArray {
@@ -69,7 +66,7 @@ export class ShardFollower {
     // runs ahead, the other keeps seeing jumps and asks for nothing.
     const orders = [arrayOrder(sharding), shardOrder(sharding, layout.grid)];
     // A 1-d array walks both the same way: one stream is enough.
-    const walks = (layout.grid.length <= 1 ? orders.slice(0, 1) : orders).map((order) => ({ order, stream: new ReadStream(maxAhead), planned: null, plannedEpoch: 0 }));
+    const walks = (layout.grid.length <= 1 ? orders.slice(0, 1) : orders).map((order) => ({ order, stream: new ReadStream(maxAhead) }));
     return { root, layout, sharding, walks };
   }
 
@@ -102,48 +99,65 @@ export class ShardFollower {
     const entry = entryAt(index, pos);
     if (entry < 0) return;
     for (const walk of shard.array.walks) {
-      const advice = walk.stream.observe(walk.order.positionOf({ shard: shard.shard, entry }));
-      if (!advice) continue;
-      const epoch = walk.stream.epoch;
-      if (walk.plannedEpoch !== epoch || walk.planned === null) walk.planned = advice.from;
-      walk.plannedEpoch = epoch;
-      const positions: number[] = [];
-      for (let i = 1; i <= advice.distance; i++) {
-        const p = advice.from + i * advice.direction;
-        if (p < 0 || p >= walk.order.total) break;
-        if ((p - walk.planned) * advice.direction > 0) positions.push(p);
-      }
-      if (positions.length === 0) continue;
-      walk.planned = positions[positions.length - 1]!;
-      this.fetchAhead(shard.array, walk, positions, epoch).catch((err: unknown) => this.deps.log.debug({ err: String(err) }, 'shard prefetch failed'));
+      if (!walk.stream.observe(walk.order.positionOf({ shard: shard.shard, entry }))) continue;
+      this.walk(shard.array, walk).catch((err: unknown) => this.deps.log.debug({ err: String(err) }, 'shard prefetch failed'));
     }
   }
 
-  private async fetchAhead(array: ShardedArray, walk: Walk, positions: number[], epoch: number): Promise<void> {
-    const { metrics } = this.deps;
-    for (const p of positions) {
-      if (!(await this.deps.turn()) || walk.stream.epoch !== epoch) return;
-      const chunk = walk.order.chunkAt(p);
-      if (!insideArray(array.sharding, chunk)) continue;
-      const meta = await this.deps.file(childPath(array.root, keyOfIndices(array.layout, chunk.shard)));
-      const index = meta ? await this.indexOf(array.sharding, meta, 'prefetch') : null;
-      const range = index?.[chunk.entry];
-      if (!meta || !range) {
-        // A missing shard, or an empty inner chunk in one: fill value, nothing to fetch.
-        if (!meta || index) metrics.inc('prefetch_fill_skipped');
-        continue;
+  /**
+   * Fetches the inner chunks `walk`'s reader will reach and no walk has dealt with yet, in order, one walk
+   * per stream at a time (as the prefetcher walks folders and arrays): reads meanwhile move the stream
+   * and the walk goes on to where it reaches then. A round per read, as before, ran side by side with
+   * the rounds of earlier reads, so a far shard could take the download slots before the near one.
+   */
+  private async walk(array: ShardedArray, walk: Walk): Promise<void> {
+    const { stream, order } = walk;
+    if (stream.walking) return;
+    stream.walking = true;
+    try {
+      for (let plan = stream.unplanned(); plan; plan = stream.unplanned()) {
+        const epoch = stream.epoch;
+        let position = plan.from;
+        for (let i = 0; i < plan.distance; i++) {
+          position += plan.direction;
+          if (position < 0 || position >= order.total) return;
+          if (!(await this.deps.turn())) return;
+          if (stream.epoch !== epoch) break;
+          if (!(await this.fetchPosition(array, order, position))) return;
+          // A jump while it started: the position belongs to the old stream.
+          if (stream.epoch !== epoch) break;
+          stream.dealtWith(position);
+        }
       }
-      const bs = this.deps.blocks.blockSize;
-      const wanted: number[] = [];
-      for (let b = Math.floor(range.offset / bs); b <= Math.floor((range.offset + range.nbytes - 1) / bs); b++) {
-        const id = blockId(meta, b);
-        if (this.asked.has(id) || this.deps.blocks.cached(meta, b)) continue;
-        wanted.push(b);
-      }
-      if (wanted.length === 0) continue;
-      if (!this.deps.start(meta, wanted)) return;
-      for (const b of wanted) remember(this.asked, blockId(meta, b), true);
+    } finally {
+      stream.walking = false;
     }
+  }
+
+  /** Starts the blocks of the inner chunk at `position` that are neither fetched nor asked for; false when a budget says stop. */
+  private async fetchPosition(array: ShardedArray, order: InnerOrder, position: number): Promise<boolean> {
+    const { metrics } = this.deps;
+    const chunk = order.chunkAt(position);
+    if (!insideArray(array.sharding, chunk)) return true;
+    const meta = await this.deps.file(childPath(array.root, keyOfIndices(array.layout, chunk.shard)));
+    const index = meta ? await this.indexOf(array.sharding, meta, 'prefetch') : null;
+    const range = index?.[chunk.entry];
+    if (!meta || !range) {
+      // A missing shard, or an empty inner chunk in one: fill value, nothing to fetch.
+      if (!meta || index) metrics.inc('prefetch_fill_skipped');
+      return true;
+    }
+    const bs = this.deps.blocks.blockSize;
+    const wanted: number[] = [];
+    for (let b = Math.floor(range.offset / bs); b <= Math.floor((range.offset + range.nbytes - 1) / bs); b++) {
+      const id = blockId(meta, b);
+      if (this.asked.has(id) || this.deps.blocks.cached(meta, b)) continue;
+      wanted.push(b);
+    }
+    if (wanted.length === 0) return true;
+    if (!this.deps.start(meta, wanted)) return false;
+    for (const b of wanted) remember(this.asked, blockId(meta, b), true);
+    return true;
   }
 
   /**
