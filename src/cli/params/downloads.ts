@@ -117,7 +117,7 @@ export const DOWNLOAD_PARAMS = [
     configKey: 'gcsmount.prefetch.max-files-ahead',
     type: 'int',
     default: 32,
-    help: 'gcsmount: the furthest prefetch runs ahead of a reader, in files; the distance doubles while predictions hit and drops to 0 on a miss. 0 = no prefetch',
+    help: 'gcsmount: the furthest prefetch runs ahead of a reader, in files; the distance doubles while predictions hit and drops to 0 on a miss. Readers splitting one walk (dask threads, loader processes: each takes every n-th file) each get this distance of their own files, up to 16 readers. 0 = no prefetch',
     group: 'Downloads',
     effect: 'effective',
     min: 0,
