@@ -1,0 +1,114 @@
+import { describe, expect, it } from 'vitest';
+import type { BlockSource } from '../src/blocks/block-source.js';
+import type { ObjectMeta } from '../src/gcs/object-client.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { Metrics } from '../src/observe/metrics.js';
+import type { PrefetchStore } from '../src/prefetch/prefetch-store.js';
+import { ShardFollower } from '../src/prefetch/shard-follower.js';
+import { parseArrayMetadata } from '../src/prefetch/zarr-layout.js';
+
+/**
+ * A crowd of 16 readers walks a 1-d sharded array in C order (reader k reads inner chunks k, k + 16, ...)
+ * and the shard follower fetches ahead of it. The blocks must be asked for in the order the crowd will
+ * reach them: rounds started per read and run side by side let a far shard's blocks take the download
+ * slots before the near one's, and the crowd then waited on the near one.
+ */
+describe('ShardFollower: a crowd of readers through a sharded array', () => {
+  it('asks for the blocks ahead shard after shard in the order the readers reach them, each once, as far as the whole array', async () => {
+    const SHARDS = 8;
+    const PER_SHARD = 48;
+    const INNER = 1000;
+    const BLOCK = 4096;
+    const doc = JSON.stringify({
+      zarr_format: 3,
+      node_type: 'array',
+      shape: [SHARDS * PER_SHARD],
+      chunk_grid: { name: 'regular', configuration: { chunk_shape: [PER_SHARD] } },
+      codecs: [{ name: 'sharding_indexed', configuration: { chunk_shape: [1], index_codecs: [{ name: 'bytes', configuration: { endian: 'little' } }] } }],
+    });
+    const layout = parseArrayMetadata('zarr.json', doc)!;
+    expect(layout.sharding).toBeDefined();
+    // Each shard: its inner chunks in order, then the index (offset, length per entry).
+    const index = Buffer.alloc(PER_SHARD * 16);
+    for (let e = 0; e < PER_SHARD; e++) {
+      index.writeBigUInt64LE(BigInt(e * INNER), e * 16);
+      index.writeBigUInt64LE(BigInt(INNER), e * 16 + 8);
+    }
+    const shardBytes = Buffer.concat([Buffer.alloc(PER_SHARD * INNER), index]);
+    const shards = Array.from({ length: SHARDS }, (_, s): ObjectMeta => ({ name: `arr/c/${s}`, size: shardBytes.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null }));
+    const shardOf = (meta: ObjectMeta) => Number(meta.name.slice('arr/c/'.length));
+
+    const asked: { shard: number; block: number }[] = [];
+    let inFlight = 0;
+    const waiting: (() => void)[] = [];
+    const blocks = {
+      blockSize: BLOCK,
+      get: async (_meta: ObjectMeta, b: number) => {
+        // The index's block comes after a turn of the event loop, as a download would.
+        await new Promise((r) => setImmediate(r));
+        const bytes = shardBytes.subarray(b * BLOCK, Math.min(shardBytes.length, (b + 1) * BLOCK));
+        return { bytes, release: () => undefined, retain() { return this; } };
+      },
+      cached: () => false,
+    } as unknown as BlockSource;
+    const metrics = new Metrics();
+    const follower = new ShardFollower({
+      blocks,
+      store: { holdsInMemory: false } as unknown as PrefetchStore,
+      metrics,
+      log: silentLogger,
+      file: async (path: string) => {
+        await new Promise((r) => setImmediate(r));
+        const s = Number(path.slice('/arr/c/'.length));
+        return shards[s] ?? null;
+      },
+      // Four download slots: each start holds one for a few turns of the event loop.
+      turn: async () => {
+        while (inFlight >= 4) await new Promise<void>((r) => waiting.push(r));
+        return true;
+      },
+      start: (meta, wanted) => {
+        for (const b of wanted) asked.push({ shard: shardOf(meta), block: b });
+        inFlight++;
+        setTimeout(() => {
+          inFlight--;
+          waiting.shift()?.();
+        }, 1);
+        return true;
+      },
+    });
+    const array = ShardFollower.array('/arr', layout, layout.sharding!, 32);
+
+    let seed = 3;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const opened = new Set<number>();
+    const total = SHARDS * PER_SHARD;
+    for (let wave = 0; wave * 16 < total / 2; wave++) {
+      const positions = Array.from({ length: 16 }, (_, k) => wave * 16 + k);
+      for (let i = positions.length - 1; i > 0; i--) {
+        const k = Math.floor(rand() * (i + 1));
+        [positions[i], positions[k]] = [positions[k]!, positions[i]!];
+      }
+      for (const p of positions) {
+        const s = Math.floor(p / PER_SHARD);
+        if (!opened.has(s)) {
+          opened.add(s);
+          follower.shardOpened(array, [s], shards[s]!);
+        }
+        follower.read(shards[s]!, (p % PER_SHARD) * INNER);
+        await new Promise((r) => setImmediate(r));
+      }
+    }
+    // Let the walk run out.
+    for (let i = 0; i < 200; i++) await new Promise((r) => setTimeout(r, 1));
+
+    const order = asked.map((a) => a.shard * 1000 + a.block);
+    // Each block once, and shard after shard in the order the readers reach them (within a shard a
+    // stream that starts again from the crowd's front may ask for a block behind it later).
+    expect(new Set(order).size).toBe(order.length);
+    const byShard = asked.map((a) => a.shard);
+    expect(byShard).toEqual([...byShard].sort((a, b) => a - b));
+    // Read half the array; the walk reached its end (16 readers x 32 inner chunks each is past it).
+    expect(Math.max(...asked.map((a) => a.shard))).toBe(SHARDS - 1);
+  });
+});
