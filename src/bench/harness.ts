@@ -26,6 +26,11 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
+/** A figure for a results table, to `digits` decimals; '-' when a measurement gave none (NaN, Infinity). */
+export function fmt(x: number, digits = 0): string {
+  return Number.isFinite(x) ? x.toFixed(digits) : '-';
+}
+
 /**
  * Empties the OS page cache (root only; says whether it did). Besides making a read cold, it matters
  * for CPU figures on this VM: it gives memory the guest frees back to its host (virtio-balloon free

@@ -1,9 +1,9 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import {
-  benchBucket, cleanup, cpuSeconds, daemonPid, dropPageCache, median, mountBench, mountStats, peakRssMiB, sh, threadCpuSeconds, timed, type BenchBucket, type MountStats,
-} from './harness.js';
-import type { EmulatorStats } from '../emulator/server.js';
+import { benchBucket, cleanup, dropPageCache, fmt, median, sh, type BenchBucket } from './harness.js';
+import { curlMedia, curlResumable, splitFile } from './upload-ceiling.js';
+import { objectFile, WriteMounts, type MountRun, type ThroughMount } from './write-mounts.js';
+import { zarrStore } from './write-zarr.js';
 
 /**
  * Writes through the mount against curl uploading the same bytes to the same emulator (its own process)
@@ -30,8 +30,6 @@ const LATENCY_MS = 50;
 const BANDWIDTH = 50 * MIB;
 const PARALLEL = [2, 4, 8];
 const CKPT_WRITERS = 16;
-/** Threads xarray's dask writes and reads the Zarr store with (as the zarr-nested bench reads). */
-const ZARR_THREADS = 16;
 
 /**
  * A checkpoint writer: copies the shard to each name given, 1 MiB at a time, as Python code saving a
@@ -46,194 +44,27 @@ for name in sys.argv[3:]:
         shutil.copyfileobj(s, d, 1 << 20)
 `;
 
-const WRITE_ZARR = `
-import sys, time, json
-import numpy as np, xarray as xr, dask
-path, rows, cols, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-dask.config.set(scheduler='threads', num_workers=threads)
-data = np.random.default_rng(0).random((64 * rows, 64 * cols), dtype=np.float32)
-ds = xr.Dataset({'v': (('y', 'x'), data)}).chunk({'y': 64, 'x': 64})
-t0 = time.perf_counter()
-ds.to_zarr(path, mode='w-', encoding={'v': {'chunks': (64, 64), 'compressor': None}})
-print(json.dumps({'seconds': time.perf_counter() - t0}))
-`;
-
-const READ_ZARR = `
-import sys, time, json
-import numpy as np, xarray as xr, dask
-path, rows, cols, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-dask.config.set(scheduler='threads', num_workers=threads)
-t0 = time.perf_counter()
-v = xr.open_zarr(path).v.values
-seconds = time.perf_counter() - t0
-expected = np.random.default_rng(0).random((64 * rows, 64 * cols), dtype=np.float32)
-print(json.dumps({'seconds': seconds, 'equal': bool(np.array_equal(v, expected))}))
-`;
-
-interface Mounted {
-  path: string;
-  pid: number;
-  unmount(): Promise<void>;
-}
-
-/** What one measured write through a mount cost the daemon. */
-interface MountRun {
-  seconds: number;
-  cpu: number;
-  /** Of `cpu`, the daemon's main (JavaScript) thread's. */
-  mainCpu: number;
-  rssMiB: number;
-  emulator: EmulatorStats;
-  /** Deltas of the daemon's gcs_requests_* counters. */
-  counters: Record<string, number>;
-}
-
-const objectFile = (b: BenchBucket, name: string) => join(b.root, b.bucket, name);
 const mbps = (bytes: number, s: number) => bytes / MIB / s;
-const fmt = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 
 async function sizeOf(path: string): Promise<number | null> {
   return (await fsp.stat(path).catch(() => null))?.size ?? null;
-}
-
-async function waitGone(pid: number): Promise<void> {
-  for (let i = 0; i < 600 && (await fsp.access(`/proc/${pid}`).then(() => true, () => false)); i++) await new Promise((r) => setTimeout(r, 100));
-}
-
-function counterDelta(before: MountStats, after: MountStats): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const [k, v] of Object.entries(after.counters)) if (k.startsWith('gcs_requests_')) out[k.slice('gcs_requests_'.length)] = v - (before.counters[k] ?? 0);
-  return out;
-}
-
-/** Throws with curl's output unless its transfers answered `want`, in order. */
-function checkCodes(what: string, r: { stdout: string; stderr: string; code: number }, want: string[]): void {
-  const got = r.stdout.split('\n').filter(Boolean);
-  if (r.code !== 0 || got.length !== want.length || got.some((c, i) => c !== want[i])) {
-    throw new Error(`${what}: curl exit ${r.code}, statuses ${got.join(' ')} (wanted ${[...new Set(want)].join('/')}): ${r.stderr.trim()}`);
-  }
-}
-
-/** A curl config group uploading `file` as the whole object `name` in one request (uploadType=media). */
-function mediaGroup(b: BenchBucket, name: string, file: string): string {
-  return [
-    `url = "${b.emulator.url}/upload/storage/v1/b/${b.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}"`,
-    `upload-file = "${file}"`,
-    'request = "POST"',
-    'header = "Expect:"',
-    'header = "Content-Type: application/octet-stream"',
-    'output = "/dev/null"',
-    'write-out = "%{http_code}\\n"',
-  ].join('\n');
-}
-
-/** curl uploading `files` as objects `names`, `parallel` at a time in one curl process; the seconds it took. */
-async function curlMedia(b: BenchBucket, names: string[], files: string[], parallel: number, cfg: string): Promise<number> {
-  const groups = names.map((n, i) => mediaGroup(b, n, files[i]!));
-  await fsp.writeFile(cfg, `${parallel > 1 ? `parallel\nparallel-max = ${parallel}\n` : ''}${groups.join('\nnext\n')}\n`);
-  const t = await timed(() => sh('curl', ['-s', '-K', cfg]));
-  checkCodes(`media upload of ${names.length} objects, ${parallel} at a time`, t.result, names.map(() => '200'));
-  return t.seconds;
-}
-
-/**
- * curl sending `chunks` (files, in order) to one resumable session for `name`, as gcsmount streams: the
- * session POST, then a PUT per chunk with `Content-Range: bytes a-b/*` (308), the last with the total.
- * One curl process for the PUTs, so they share a connection.
- */
-async function curlResumable(b: BenchBucket, name: string, chunks: string[], chunkBytes: number, total: number, cfg: string): Promise<number> {
-  const t = await timed(async () => {
-    const start = await sh('curl', ['-s', '-D', '-', '-o', '/dev/null', '-X', 'POST', '-H', 'Content-Length: 0', `${b.emulator.url}/upload/storage/v1/b/${b.bucket}/o?uploadType=resumable&name=${encodeURIComponent(name)}`]);
-    const location = /^location:\s*(\S+)/im.exec(start.stdout)?.[1];
-    if (start.code !== 0 || !location) throw new Error(`resumable upload: no session: ${start.stdout} ${start.stderr}`);
-    const groups = chunks.map((file, i) => {
-      const from = i * chunkBytes;
-      const to = Math.min(total, from + chunkBytes) - 1;
-      return [
-        `url = "${location}"`,
-        `upload-file = "${file}"`,
-        `header = "Content-Range: bytes ${from}-${to}/${i === chunks.length - 1 ? total : '*'}"`,
-        'header = "Expect:"',
-        'output = "/dev/null"',
-        'write-out = "%{http_code}\\n"',
-      ].join('\n');
-    });
-    await fsp.writeFile(cfg, `${groups.join('\nnext\n')}\n`);
-    return sh('curl', ['-s', '-K', cfg]);
-  });
-  checkCodes('resumable upload', t.result, chunks.map((_, i) => (i === chunks.length - 1 ? '200' : '308')));
-  return t.seconds;
-}
-
-/** `split` of `file` into pieces of `bytes` under `dir`, their paths in order. */
-async function splitFile(file: string, bytes: number, dir: string): Promise<string[]> {
-  await fsp.rm(dir, { recursive: true, force: true });
-  await fsp.mkdir(dir);
-  const r = await sh('split', ['-b', String(bytes), '-d', '-a', '4', file, join(dir, 'p')]);
-  if (r.code !== 0) throw new Error(`split: ${r.stderr}`);
-  return (await fsp.readdir(dir)).sort().map((f) => join(dir, f));
 }
 
 export async function writeScenario(): Promise<string> {
   const b = await benchBucket('write-bench');
   // The bytes the writers read: in memory (/dev/shm) when there is one, so their reads cost no disk.
   const scratch = await fsp.mkdtemp(join(await fsp.access('/dev/shm').then(() => '/dev/shm', () => b.dir), 'gcsmount-wbench-'));
-  const mounted = new Set<Mounted>();
-  let dropped = false;
-
-  /** A fresh mount on a fresh --cache-dir (staging goes in it), as a user would mount. */
-  const mount = async (label: string): Promise<Mounted> => {
-    const cacheDir = join(b.dir, `cache-${label}`);
-    const m = await mountBench(b, ['--cache-dir', cacheDir]);
-    const pid = await daemonPid(m.path);
-    const entry: Mounted = {
-      path: m.path,
-      pid: pid ?? 0,
-      unmount: async () => {
-        mounted.delete(entry);
-        await m.unmount();
-        if (pid) await waitGone(pid);
-        await fsp.rm(cacheDir, { recursive: true, force: true });
-      },
-    };
-    mounted.add(entry);
-    if (!pid) {
-      await entry.unmount();
-      throw new Error('cannot find the daemon');
-    }
-    return entry;
-  };
-
-  /** `work` through a fresh mount: time, the daemon's CPU and peak RSS, and the requests it made. */
-  const throughMount = async (label: string, prepare: (m: Mounted) => Promise<void>, work: (m: Mounted) => Promise<void>): Promise<MountRun> => {
-    const m = await mount(label);
-    try {
-      await prepare(m);
-      dropped = await dropPageCache();
-      await b.emulator.resetStats();
-      const s0 = await mountStats(m.path);
-      const c0 = await cpuSeconds(m.pid);
-      const main0 = await threadCpuSeconds(m.pid);
-      const t = await timed(() => work(m));
-      const cpu = (await cpuSeconds(m.pid)) - c0;
-      const mainCpu = (await threadCpuSeconds(m.pid)) - main0;
-      const emulator = await b.emulator.stats();
-      const counters = counterDelta(s0, await mountStats(m.path));
-      return { seconds: t.seconds, cpu, mainCpu, rssMiB: await peakRssMiB(m.pid), emulator, counters };
-    } finally {
-      await m.unmount();
-    }
-  };
+  const mounts = new WriteMounts(b);
 
   try {
     await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH });
-    const big = PARTS.has('dd') ? await sequential(b, scratch, throughMount) : '(dd part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
-    const ckpt = PARTS.has('checkpoint') ? await checkpoint(b, scratch, throughMount) : '(checkpoint part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
-    const zarr = PARTS.has('zarr') ? await zarrStore(b, throughMount) : '(zarr part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
+    const big = PARTS.has('dd') ? await sequential(b, scratch, mounts.throughMount) : '(dd part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
+    const ckpt = PARTS.has('checkpoint') ? await checkpoint(b, scratch, mounts.throughMount) : '(checkpoint part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
+    const zarr = PARTS.has('zarr') ? await zarrStore(b, mounts.throughMount, SIZE.zarrRows, SIZE.zarrCols) : '(zarr part not run: GCSMOUNT_BENCH_WRITE_PARTS)';
     return [
       `Emulator in its own process with the data-path bench's knobs: ${LATENCY_MS} ms before each answer, ${BANDWIDTH / MIB} MiB/s per response body (the cap does not apply to request bodies, so no upload is capped). ` +
         `gcsmount defaults (--write-block-size-mb 32, 4 chunks in flight mount-wide), a fresh --cache-dir per mount (files are staged in it). Writers read from ${scratch.startsWith('/dev/shm') ? '/dev/shm' : 'a temp folder'}. ` +
-        `${SIZE.rounds} round(s) per measurement, curl and gcsmount in turn; medians. Page cache ${dropped ? 'dropped before each measured write' : 'not dropped (not root)'}. ` +
+        `${SIZE.rounds} round(s) per measurement, curl and gcsmount in turn; medians. Page cache ${mounts.dropped ? 'dropped before each measured write' : 'not dropped (not root)'}. ` +
         `Daemon CPU is the whole process's; "main" is its JavaScript thread's share (/proc/PID/task/PID/stat).${QUICK ? ' **Quick mode (GCSMOUNT_BENCH_QUICK=1): sizes shrunk, not a result.**' : ''}`,
       '',
       big,
@@ -243,13 +74,11 @@ export async function writeScenario(): Promise<string> {
       zarr,
     ].join('\n');
   } finally {
-    for (const m of [...mounted]) await m.unmount().catch(() => undefined);
+    await mounts.unmountAll();
     await fsp.rm(scratch, { recursive: true, force: true });
     await cleanup(b);
   }
 }
-
-type ThroughMount = (label: string, prepare: (m: Mounted) => Promise<void>, work: (m: Mounted) => Promise<void>) => Promise<MountRun>;
 
 /** 1. One big file written in order by dd, against curl's resumable, single-request and parallel uploads. */
 async function sequential(b: BenchBucket, scratch: string, throughMount: ThroughMount): Promise<string> {
@@ -378,54 +207,5 @@ async function checkpoint(b: BenchBucket, scratch: string, throughMount: Through
     `| **gcsmount** | ${writers} x \`python3 -c CKPT_WRITER shard.bin MNT/dir NAMES...\` (open, copyfileobj in 1 MiB pieces, close; see src/bench/write.ts) | ${fmt(mountS, 2)} s | **${fmt(mbps(bytes, mountS))}** | ${median(runs.map((x) => x.emulator.requests.upload))} | **${fmt(median(runs.map((x) => x.cpu / (bytes / GIB))), 2)}** (main ${fmt(median(runs.map((x) => x.mainCpu / (bytes / GIB))), 2)}) | ${fmt(Math.max(...runs.map((x) => x.rssMiB)))} MiB | ${Math.min(...runs.map((x) => x.complete))}/${SIZE.ckptFiles} objects complete when the writers exited |`,
     '',
     `gcsmount / curl: **${fmt(median(ratios), 2)}** (range ${fmt(Math.min(...ratios), 2)}-${fmt(Math.max(...ratios), 2)}).`,
-  ].join('\n');
-}
-
-/** 3. A Zarr store of small chunk files written by xarray: time and GCS requests per file, against a local folder. */
-async function zarrStore(b: BenchBucket, throughMount: ThroughMount): Promise<string> {
-  const { zarrRows: rows, zarrCols: cols } = SIZE;
-  const chunkFiles = rows * cols;
-  const args = (path: string) => [path, String(rows), String(cols), String(ZARR_THREADS)];
-  const py = async (script: string, path: string) => {
-    const r = await sh(PY, ['-c', script, ...args(path)]);
-    if (r.code !== 0) throw new Error(`python (${path}): ${r.stderr.trim().split('\n').slice(-3).join(' ')}`);
-    return JSON.parse(r.stdout.trim().split('\n').pop()!) as { seconds: number; equal?: boolean };
-  };
-  const local = join(b.dir, 'local', 'store.zarr');
-  await fsp.mkdir(join(b.dir, 'local'));
-  await dropPageCache();
-  const localWrite = await timed(() => py(WRITE_ZARR, local));
-  const localFiles = Number((await sh('sh', ['-c', `find '${local}' -type f | wc -l`])).stdout.trim());
-
-  let write = { seconds: NaN };
-  let read: { seconds: number; equal?: boolean } = { seconds: NaN };
-  const run = await throughMount(
-    'zarr',
-    async () => undefined,
-    async (m) => {
-      write = await py(WRITE_ZARR, join(m.path, 'store.zarr'));
-    },
-  );
-  const stored = Number((await sh('sh', ['-c', `find '${objectFile(b, 'store.zarr')}' -type f | wc -l`])).stdout.trim());
-  // Read back through a fresh mount: what GCS holds, not what the writer's daemon remembers.
-  await throughMount('zarr-read', async () => undefined, async (m) => {
-    read = await py(READ_ZARR, join(m.path, 'store.zarr'));
-  });
-  const localRead = await py(READ_ZARR, local);
-
-  const req = run.emulator.requests;
-  const kinds = (Object.keys(req) as (keyof typeof req)[]).filter((k) => k !== 'total' && req[k] > 0).map((k) => `${k} ${req[k]}`).join(', ');
-  const daemonKinds = Object.entries(run.counters).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${v}`).join(', ');
-  return [
-    `#### 3. A Zarr store written by xarray: ${chunkFiles.toLocaleString('en')} chunk files of 16 KiB (float32, ${64 * rows} x ${64 * cols}, chunks 64 x 64, compressor=None, dask ${ZARR_THREADS} threads)`,
-    '',
-    '| where | command | write time | files/s | GCS requests per chunk file | check |',
-    '|---|---|---|---|---|---|',
-    `| local folder (${localFiles} files) | \`ds.to_zarr(local + '/store.zarr')\` | ${fmt(localWrite.result.seconds, 2)} s | ${fmt(localFiles / localWrite.result.seconds)} | - | read back ${localRead.equal ? 'equal' : '**differs**'} (${fmt(localRead.seconds, 2)} s) |`,
-    `| **gcsmount** (${stored} objects stored) | \`ds.to_zarr(MNT + '/store.zarr')\` | ${fmt(write.seconds, 2)} s | **${fmt(stored / write.seconds)}** | **${fmt(req.total / chunkFiles, 2)}** (${req.total} requests: ${kinds}) | read back through a fresh mount with xr.open_zarr ${read.equal ? 'equal' : '**differs**'} (${fmt(read.seconds, 2)} s) |`,
-    '',
-    `Write time is to_zarr's own (python start-up and data generation left out). Requests as the emulator counted them during the write; the daemon's gcs_requests_* counters: ${daemonKinds || 'none'}. ` +
-      `Daemon CPU during the write ${fmt(run.cpu, 2)} s (main thread ${fmt(run.mainCpu, 2)} s, ${fmt((run.mainCpu / stored) * 1000, 2)} ms per file), peak RSS ${fmt(run.rssMiB)} MiB. Goal: 1 request per chunk file. gcsmount / local time: ${fmt(write.seconds / localWrite.result.seconds, 1)}x. ` +
-      'zarr 2\'s DirectoryStore writes each chunk to a `.partial` file and renames it into place: an upload and a move per chunk file, and the chunk files of one array share a folder, where the kernel runs renames one at a time (it holds the folder\'s lock across a rename within it).',
   ].join('\n');
 }

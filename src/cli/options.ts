@@ -5,31 +5,25 @@
 // boolean flags are --flag or --flag=true|false (a following word is never taken as their value);
 // -o takes comma-separated mount options and may be repeated (-o allow_other -o ro, -oro).
 // Flags may come before, between or after BUCKET and MOUNTPOINT; `--` ends flag parsing.
+// The config file is read by config-file.ts; both sources' values go through param-value.ts.
 
-import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { resolve as resolvePath } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { readConfigFile } from './config-file.js';
+import { parseParamValue } from './param-value.js';
 import {
   PARAMS,
-  PARAM_BY_CONFIG_KEY,
   PARAM_BY_FLAG,
   type FlagOfType,
   type Param,
   type ParamFlag,
   type ResolvedValues,
 } from './params.js';
+import { suggest } from './suggest.js';
 import {
   OptionError,
   msToWholeSeconds,
   optionLabel,
-  parseBool,
-  parseChoice,
-  parseDuration,
-  parseFloat,
-  parseInt,
-  parseOctal,
-  parseStringList,
   sizeLimitFromMb,
   ttlFromSeconds,
   type SizeLimit,
@@ -125,64 +119,11 @@ export function wantsHelp(argv: readonly string[]): boolean {
 
 const O_PARAM = PARAM_BY_FLAG.get('o')!;
 
-/** Parse one textual value for `param`; `label` names the option in error messages. */
-function parseValue(param: Param, text: string, label: string): unknown {
-  switch (param.type) {
-    case 'bool':
-      return parseBool(label, text);
-    case 'int':
-      return parseInt(label, text, param.min, param.max);
-    case 'float':
-      return parseFloat(label, text, param.min, param.max);
-    case 'duration': {
-      const ms = parseDuration(label, text);
-      if (param.min !== undefined && ms < param.min) {
-        throw new OptionError(`invalid value ${JSON.stringify(text)} for ${optionLabel(label)}: too short`);
-      }
-      return ms;
-    }
-    case 'octal':
-      return parseOctal(label, text);
-    case 'string-list':
-      return parseStringList(text);
-    case 'string':
-      return param.choices ? parseChoice(label, text, param.choices) : text;
-  }
-}
-
 function expandPath(text: string, env: NodeJS.ProcessEnv): string {
   if (text === '') return '';
   let p = text;
   if (p === '~' || p.startsWith('~/')) p = (env['HOME'] || homedir()) + p.slice(1);
   return resolvePath(p);
-}
-
-function editDistance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]!;
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const cur = row[j]!;
-      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = cur;
-    }
-  }
-  return row[b.length]!;
-}
-
-function suggest(name: string, candidates: Iterable<string>): string {
-  const norm = (s: string) => s.toLowerCase().replace(/_/g, '-');
-  let best: string | undefined;
-  let bestD = Infinity;
-  for (const c of candidates) {
-    const d = editDistance(norm(name), norm(c));
-    if (d < bestD) {
-      best = c;
-      bestD = d;
-    }
-  }
-  return best !== undefined && bestD <= Math.max(2, Math.floor(name.length / 4)) ? best : '';
 }
 
 function unknownFlag(arg: string, name: string): OptionError {
@@ -230,101 +171,16 @@ function parseArgv(argv: readonly string[]): ArgvResult {
     }
     if (!param) throw unknownFlag(arg, name);
     if (param.type === 'bool') {
-      set(param, inline === undefined ? true : parseValue(param, inline, param.flag));
+      set(param, inline === undefined ? true : parseParamValue(param, inline, param.flag));
       continue;
     }
     if (inline === undefined) {
       if (i + 1 >= argv.length) throw new OptionError(`flag ${optionLabel(param.flag)} needs a value`);
       inline = argv[++i]!;
     }
-    set(param, parseValue(param, inline, param.flag));
+    set(param, parseParamValue(param, inline, param.flag));
   }
   return { flags, positionals };
-}
-
-/** Every section ('metadata-cache', 'logging.log-rotate', ...) that holds config keys. */
-const CONFIG_SECTIONS: ReadonlySet<string> = new Set(
-  [...PARAM_BY_CONFIG_KEY.keys()].flatMap((key) => {
-    const parts = key.split('.');
-    return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join('.'));
-  }),
-);
-
-function isYamlNull(v: unknown): boolean {
-  return v === null || v === undefined || v === '~' || (typeof v === 'string' && /^(null|Null|NULL)$/.test(v));
-}
-
-/** Config value (from the failsafe YAML schema: strings, arrays, maps) -> resolved value, or undefined if unset. */
-function configValue(param: Param, key: string, raw: unknown, file: string): unknown {
-  const label = `config key '${key}'`;
-  const where = ` in config file ${file}`;
-  try {
-    if (isYamlNull(raw)) return undefined;
-    if (param.type === 'string-list') {
-      const items = Array.isArray(raw) ? raw : [raw];
-      const out: string[] = [];
-      for (const item of items) {
-        if (typeof item !== 'string') throw new OptionError(`invalid value for ${label}: expected a list of strings`);
-        out.push(...parseStringList(item));
-      }
-      return out;
-    }
-    if (typeof raw !== 'string') throw new OptionError(`invalid value for ${label}: expected a single value, not a list or section`);
-    if (raw === '') return undefined; // `key:` with no value, as gcsfuse: leave the default
-    return parseValue(param, raw, label);
-  } catch (e) {
-    if (e instanceof OptionError) throw new OptionError(e.message + where);
-    throw e;
-  }
-}
-
-function readConfigFile(file: string): Map<string, unknown> {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
-    throw new OptionError(`cannot read config file ${file}: ${code}`);
-  }
-  let doc: unknown;
-  try {
-    // The failsafe schema keeps every scalar as its text, so '0644' stays octal text, '1h' stays a
-    // duration, and all conversions go through the same parsers as command-line values.
-    doc = parseYaml(text, { schema: 'failsafe' });
-  } catch (e) {
-    const first = ((e as Error).message ?? String(e)).split('\n')[0];
-    throw new OptionError(`invalid YAML in config file ${file}: ${first}`);
-  }
-  const out = new Map<string, unknown>();
-  if (isYamlNull(doc) || doc === '') return out;
-  if (typeof doc !== 'object' || Array.isArray(doc)) {
-    throw new OptionError(`invalid config file ${file}: expected a mapping of gcsfuse config keys at the top level`);
-  }
-  const walk = (node: Record<string, unknown>, prefix: string) => {
-    for (const [k, v] of Object.entries(node)) {
-      const key = prefix ? `${prefix}.${k}` : k;
-      const param = PARAM_BY_CONFIG_KEY.get(key);
-      if (param) {
-        if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
-          throw new OptionError(`invalid value for config key '${key}' in config file ${file}: expected a value, not a section`);
-        }
-        const value = configValue(param, key, v, file);
-        if (value !== undefined) out.set(param.flag, value);
-      } else if (CONFIG_SECTIONS.has(key)) {
-        if (isYamlNull(v) || v === '') continue; // an empty section
-        if (typeof v !== 'object' || Array.isArray(v)) {
-          throw new OptionError(`invalid value for config key '${key}' in config file ${file}: expected a section of keys`);
-        }
-        walk(v as Record<string, unknown>, key);
-      } else {
-        const s = suggest(key, PARAM_BY_CONFIG_KEY.keys());
-        const hint = s ? ` (did you mean '${s}'?)` : '';
-        throw new OptionError(`unknown key '${key}' in config file ${file}${hint}`);
-      }
-    }
-  };
-  walk(doc as Record<string, unknown>, '');
-  return out;
 }
 
 function noticeFor(param: Param, source: ValueSource): string | undefined {

@@ -1,6 +1,7 @@
 // Seeded sequences of file-system operations for the differential write test: the same sequence is
 // applied to a mount and to a local folder, and every answer must agree (see write-runner.ts).
 import { seededRandom } from './model-bucket.js';
+import { TreeModel } from './write-model.js';
 
 export { runWriteDifferential, WriteDifferential, checkAfterCrash } from './write-runner.js';
 export type { WriteDiffOptions, WriteDiffReport, Mismatch, Allowances, CrashModel } from './write-runner.js';
@@ -61,235 +62,166 @@ const OPEN_FLAGS: Array<[OpenFlag[], number]> = [
   [['rdwr', 'trunc'], 1],
 ];
 
-interface Inode {
-  size: number;
-}
-interface Handle {
-  ino: Inode;
-  flags: OpenFlag[];
-  pos: number;
-}
-
-/**
- * A best-effort model of the tree, only to aim operations well (write near the end of a file, read what
- * exists): the runner compares real answers, so where this model is wrong a run is less pointed, not wrong.
- */
-class Model {
-  readonly dirs = new Set<string>(['']);
-  readonly files = new Map<string, Inode>();
-  readonly handles = new Map<string, Handle>();
-  private nextHandle = 0;
-
-  newHandleId(): string {
-    return `h${this.nextHandle++}`;
-  }
-  parentOf(p: string): string {
-    const i = p.lastIndexOf('/');
-    return i < 0 ? '' : p.slice(0, i);
-  }
-  treeBytes(): number {
-    let n = 0;
-    for (const f of this.files.values()) n += f.size;
-    return n;
-  }
-
-  apply(op: WriteOp): void {
-    switch (op.op) {
-      case 'open': {
-        const has = this.files.get(op.path);
-        if (this.dirs.has(op.path)) {
-          // A directory opens read-only (its reads then fail EISDIR); any other way fails.
-          if (op.flags.length === 1 && op.flags[0] === 'rdonly') this.handles.set(op.h, { ino: { size: 0 }, flags: op.flags, pos: 0 });
-          return;
-        }
-        if (!this.dirs.has(this.parentOf(op.path))) return;
-        if (has && op.flags.includes('excl') && op.flags.includes('create')) return;
-        if (!has && !op.flags.includes('create')) return;
-        const ino = has ?? { size: 0 };
-        this.files.set(op.path, ino);
-        if (op.flags.includes('trunc')) ino.size = 0;
-        this.handles.set(op.h, { ino, flags: op.flags, pos: 0 });
-        return;
-      }
-      case 'write':
-      case 'pwrite': {
-        const h = this.handles.get(op.h);
-        if (!h || h.flags.includes('rdonly')) return;
-        // Linux appends even a pwrite on an O_APPEND descriptor.
-        const at = h.flags.includes('append') ? h.ino.size : (op.off ?? h.pos);
-        h.ino.size = Math.max(h.ino.size, at + op.len);
-        if (op.op === 'write') h.pos = at + op.len;
-        return;
-      }
-      case 'ftruncate': {
-        const h = this.handles.get(op.h);
-        if (h && !h.flags.includes('rdonly')) h.ino.size = op.size;
-        return;
-      }
-      case 'truncate': {
-        const f = this.files.get(op.path);
-        if (f) f.size = op.size;
-        return;
-      }
-      case 'close':
-        this.handles.delete(op.h);
-        return;
-      case 'unlink':
-        this.files.delete(op.path);
-        return;
-      case 'mkdir':
-        if (!this.files.has(op.path) && this.dirs.has(this.parentOf(op.path))) this.dirs.add(op.path);
-        return;
-      case 'rmdir':
-        if (!this.childrenOf(op.path).length) this.dirs.delete(op.path);
-        return;
-      case 'rename':
-        this.rename(op.src, op.dst);
-        return;
-      default:
-        return;
-    }
-  }
-
-  childrenOf(dir: string): string[] {
-    const pre = `${dir}/`;
-    return [...this.dirs, ...this.files.keys()].filter((p) => p.startsWith(pre));
-  }
-
-  private rename(src: string, dst: string): void {
-    if (src === dst || !this.dirs.has(this.parentOf(dst))) return;
-    const file = this.files.get(src);
-    if (file) {
-      if (this.dirs.has(dst)) return;
-      this.files.delete(src);
-      this.files.set(dst, file);
-      return;
-    }
-    if (!this.dirs.has(src) || src === '' || dst.startsWith(`${src}/`) || this.files.has(dst)) return;
-    if (this.dirs.has(dst) && this.childrenOf(dst).length) return;
-    const move = (p: string): string => (p === src || p.startsWith(`${src}/`) ? dst + p.slice(src.length) : p);
-    const dirs = [...this.dirs].map(move);
-    const files = [...this.files].map(([p, f]) => [move(p), f] as const);
-    this.dirs.clear();
-    for (const d of dirs) this.dirs.add(d);
-    this.files.clear();
-    for (const [p, f] of files) this.files.set(p, f);
-  }
-}
+type OpKind =
+  | 'open' | 'sequential' | 'write' | 'pwrite' | 'outOfOrder' | 'read' | 'ftruncate' | 'truncate' | 'fsync' | 'close'
+  | 'unlink' | 'renameFile' | 'renameDir' | 'mkdir' | 'rmdir' | 'stat' | 'listdir' | 'readall';
 
 /** The operations for one seed: the same options always give the same list. */
 export function generateWriteOps(opts: WriteOpsOptions): WriteOp[] {
-  const rand = seededRandom(opts.seed);
-  const big = opts.bigWrites ?? false;
-  const maxHandles = opts.maxHandles ?? 3;
-  const maxTree = opts.maxTreeBytes ?? (big ? 96 : 24) * MIB;
-  let bytesLeft = opts.maxBytes ?? (big ? 512 : 192) * MIB;
-  const m = new Model();
-  const ops: WriteOp[] = [];
+  return new WriteOpGenerator(opts).run();
+}
 
-  const int = (lo: number, hi: number): number => lo + Math.floor(rand() * (hi - lo + 1));
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
-  const weighted = <T>(xs: ReadonlyArray<readonly [T, number]>): T => {
-    let r = rand() * xs.reduce((s, [, w]) => s + w, 0);
+/**
+ * One run of the generator. Every choice draws from one seeded stream in a fixed order, so a seed
+ * replays a failing run exactly: a change that adds, drops or reorders a draw changes every operation
+ * after it.
+ */
+class WriteOpGenerator {
+  private readonly rand: () => number;
+  private readonly big: boolean;
+  private readonly maxHandles: number;
+  private readonly maxTree: number;
+  private bytesLeft: number;
+  private readonly m = new TreeModel();
+  private readonly ops: WriteOp[] = [];
+
+  constructor(private readonly opts: WriteOpsOptions) {
+    this.rand = seededRandom(opts.seed);
+    this.big = opts.bigWrites ?? false;
+    this.maxHandles = opts.maxHandles ?? 3;
+    this.maxTree = opts.maxTreeBytes ?? (this.big ? 96 : 24) * MIB;
+    this.bytesLeft = opts.maxBytes ?? (this.big ? 512 : 192) * MIB;
+  }
+
+  run(): WriteOp[] {
+    for (const d of START_DIRS) this.emit({ op: 'mkdir', path: d });
+    // The last sequence may run a few operations past `count`: cutting it would leave its handle unused.
+    while (this.ops.length < this.opts.count) this.oneOp();
+    // A run ends with nothing open, so its final state is settled on both sides (and in the bucket).
+    for (const h of [...this.m.handles.keys()]) this.emit({ op: 'close', h });
+    return this.ops;
+  }
+
+  private int(lo: number, hi: number): number {
+    return lo + Math.floor(this.rand() * (hi - lo + 1));
+  }
+  private pick<T>(xs: readonly T[]): T {
+    return xs[Math.floor(this.rand() * xs.length)]!;
+  }
+  private weighted<T>(xs: ReadonlyArray<readonly [T, number]>): T {
+    let r = this.rand() * xs.reduce((s, [, w]) => s + w, 0);
     for (const [x, w] of xs) if ((r -= w) < 0) return x;
     return xs[xs.length - 1]![0];
-  };
-  const logUniform = (lo: number, hi: number): number => Math.floor(lo * (hi / lo) ** rand());
-  const emit = (op: WriteOp): void => {
-    ops.push(op);
-    m.apply(op);
-  };
+  }
+  private logUniform(lo: number, hi: number): number {
+    return Math.floor(lo * (hi / lo) ** this.rand());
+  }
+  private emit(op: WriteOp): void {
+    this.ops.push(op);
+    this.m.apply(op);
+  }
 
-  function writeLength(): number {
-    const crowded = m.treeBytes() > maxTree;
-    let len = weighted<() => number>([
-      [() => int(1, 4 * KIB), 30],
-      [() => logUniform(KIB, MIB), 50],
-      [() => logUniform(MIB, 8 * MIB), crowded ? 0 : 15],
-      [() => int(24 * MIB, 40 * MIB), big && !crowded ? 3 : 0],
+  private writeLength(): number {
+    const crowded = this.m.treeBytes() > this.maxTree;
+    let len = this.weighted<() => number>([
+      [() => this.int(1, 4 * KIB), 30],
+      [() => this.logUniform(KIB, MIB), 50],
+      [() => this.logUniform(MIB, 8 * MIB), crowded ? 0 : 15],
+      [() => this.int(24 * MIB, 40 * MIB), this.big && !crowded ? 3 : 0],
     ])();
-    if (len > bytesLeft) len = Math.min(len, 64 * KIB);
-    bytesLeft -= len;
+    if (len > this.bytesLeft) len = Math.min(len, 64 * KIB);
+    this.bytesLeft -= len;
     return len;
   }
 
   /** Offsets where bugs live: the end, inside, past the end (a hole), either side of a boundary. */
-  function offsetIn(size: number): number {
-    return weighted<() => number>([
+  private offsetIn(size: number): number {
+    return this.weighted<() => number>([
       [() => size, 4],
-      [() => int(0, size), 3],
-      [() => size + int(1, 2 * MIB), 1],
+      [() => this.int(0, size), 3],
+      [() => size + this.int(1, 2 * MIB), 1],
       [
         () => {
-          const b = pick(BOUNDARIES.filter((x) => x <= size + 4 * MIB)) ?? BOUNDARIES[0]!;
-          return Math.max(0, b * int(1, Math.max(1, Math.floor((size + b) / b))) + int(-3000, 3000));
+          const b = this.pick(BOUNDARIES.filter((x) => x <= size + 4 * MIB)) ?? BOUNDARIES[0]!;
+          return Math.max(0, b * this.int(1, Math.max(1, Math.floor((size + b) / b))) + this.int(-3000, 3000));
         },
         2,
       ],
     ])();
   }
 
-  const writable = (): string[] => [...m.handles].filter(([, h]) => !h.flags.includes('rdonly')).map(([id]) => id);
-  /** Mostly names that exist or could be created: an ENOENT now and then is a case, all the time a waste. */
-  const anyFile = (): string => {
-    const r = rand();
-    if (m.files.size && r < 0.6) return pick([...m.files.keys()]);
-    const creatable = FILE_NAMES.filter((p) => m.dirs.has(m.parentOf(p)));
-    return r < 0.92 && creatable.length ? pick(creatable) : pick(FILE_NAMES);
-  };
-  const readable = (): string[] => [...m.handles].filter(([, h]) => !h.flags.includes('wronly')).map(([id]) => id);
-  const anyDir = (): string => (rand() < 0.5 ? pick([...m.dirs].filter((d) => d !== '')) ?? pick(DIR_NAMES) : pick(DIR_NAMES));
+  private truncateSize(size: number, crowded: boolean): number {
+    if (crowded || this.rand() < 0.3) return this.rand() < 0.5 ? 0 : this.int(0, Math.min(size, 64 * KIB));
+    return this.weighted<() => number>([
+      [() => this.int(0, size), 3],
+      [() => size + this.int(1, MIB), 1],
+      [() => Math.max(0, this.pick(BOUNDARIES.slice(0, 2)) + this.int(-1, 1)), 1],
+    ])();
+  }
 
-  function openOne(path: string, flags: OpenFlag[]): string {
-    const h = m.newHandleId();
-    emit({ op: 'open', h, path, flags });
+  private writable(): string[] {
+    return [...this.m.handles].filter(([, h]) => !h.flags.includes('rdonly')).map(([id]) => id);
+  }
+  private readable(): string[] {
+    return [...this.m.handles].filter(([, h]) => !h.flags.includes('wronly')).map(([id]) => id);
+  }
+  /** Mostly names that exist or could be created: an ENOENT now and then is a case, all the time a waste. */
+  private anyFile(): string {
+    const r = this.rand();
+    if (this.m.files.size && r < 0.6) return this.pick([...this.m.files.keys()]);
+    const creatable = FILE_NAMES.filter((p) => this.m.dirs.has(this.m.parentOf(p)));
+    return r < 0.92 && creatable.length ? this.pick(creatable) : this.pick(FILE_NAMES);
+  }
+  private anyDir(): string {
+    return this.rand() < 0.5 ? this.pick([...this.m.dirs].filter((d) => d !== '')) ?? this.pick(DIR_NAMES) : this.pick(DIR_NAMES);
+  }
+
+  private openOne(path: string, flags: OpenFlag[]): string {
+    const h = this.m.newHandleId();
+    this.emit({ op: 'open', h, path, flags });
     return h;
   }
 
   /** A file written front to back in chunks, maybe fsynced part-way and written on, closed, read back. */
-  function sequentialFile(): void {
-    const path = anyFile();
-    const h = openOne(path, ['wronly', 'create', 'trunc']);
-    if (!m.handles.has(h)) return;
-    const total = writeLength();
+  private sequentialFile(): void {
+    const path = this.anyFile();
+    const h = this.openOne(path, ['wronly', 'create', 'trunc']);
+    if (!this.m.handles.has(h)) return;
+    const total = this.writeLength();
     // At most 64 writes: a sequence is one step of a run, not most of it.
-    const chunk = Math.max(pick([4 * KIB, 64 * KIB, 1 * MIB, 3 * MIB + 17, total]), Math.ceil(total / 64));
-    const syncAt = rand() < 0.3 ? int(0, total) : -1;
+    const chunk = Math.max(this.pick([4 * KIB, 64 * KIB, 1 * MIB, 3 * MIB + 17, total]), Math.ceil(total / 64));
+    const syncAt = this.rand() < 0.3 ? this.int(0, total) : -1;
     for (let done = 0; done < total; ) {
       const len = Math.min(chunk, total - done);
-      emit({ op: 'write', h, seed: int(1, 2 ** 31), len });
-      if (syncAt >= done && syncAt < done + len) emit({ op: 'fsync', h });
+      this.emit({ op: 'write', h, seed: this.int(1, 2 ** 31), len });
+      if (syncAt >= done && syncAt < done + len) this.emit({ op: 'fsync', h });
       done += len;
     }
-    emit({ op: 'close', h });
-    if (rand() < 0.6) {
-      const r = openOne(path, ['rdonly']);
-      emit({ op: 'read', h: r, off: 0, len: total + 1 });
-      emit({ op: 'close', h: r });
+    this.emit({ op: 'close', h });
+    if (this.rand() < 0.6) {
+      const r = this.openOne(path, ['rdonly']);
+      this.emit({ op: 'read', h: r, off: 0, len: total + 1 });
+      this.emit({ op: 'close', h: r });
     }
   }
 
   /** A region written as pieces in shuffled order, on a handle already open. */
-  function outOfOrder(h: string): void {
-    const hd = m.handles.get(h)!;
-    const start = offsetIn(hd.ino.size);
-    const pieces = int(2, 6);
-    const len = Math.max(pieces, Math.min(writeLength(), 12 * MIB));
-    const cuts = [0, len, ...Array.from({ length: pieces - 1 }, () => int(1, len - 1))].sort((a, b) => a - b);
+  private outOfOrder(h: string): void {
+    const hd = this.m.handles.get(h)!;
+    const start = this.offsetIn(hd.ino.size);
+    const pieces = this.int(2, 6);
+    const len = Math.max(pieces, Math.min(this.writeLength(), 12 * MIB));
+    const cuts = [0, len, ...Array.from({ length: pieces - 1 }, () => this.int(1, len - 1))].sort((a, b) => a - b);
     const parts = cuts.slice(1).map((end, i) => [cuts[i]!, end] as const).filter(([a, b]) => b > a);
     for (let i = parts.length - 1; i > 0; i--) {
-      const j = int(0, i);
+      const j = this.int(0, i);
       [parts[i], parts[j]] = [parts[j]!, parts[i]!];
     }
-    for (const [a, b] of parts) emit({ op: 'pwrite', h, off: start + a, seed: int(1, 2 ** 31), len: b - a });
+    for (const [a, b] of parts) this.emit({ op: 'pwrite', h, off: start + a, seed: this.int(1, 2 ** 31), len: b - a });
   }
 
-  function oneOp(): void {
-    const open = [...m.handles.keys()];
-    const w = writable();
-    const crowded = m.treeBytes() > maxTree;
-    const full = open.length >= maxHandles;
-    const choice = weighted<string>([
+  private chooseKind(open: string[], w: string[], crowded: boolean, full: boolean): OpKind {
+    return this.weighted<OpKind>([
       ['open', full ? 0 : 14],
       ['sequential', full ? 0 : 4],
       ['write', w.length ? 16 : 0],
@@ -302,100 +234,92 @@ export function generateWriteOps(opts: WriteOpsOptions): WriteOp[] {
       ['close', open.length ? (full ? 16 : 9) : 0],
       ['unlink', crowded ? 8 : 4],
       ['renameFile', 5],
-      ['renameDir', opts.dirRenames === false ? 0 : 2],
+      ['renameDir', this.opts.dirRenames === false ? 0 : 2],
       ['mkdir', 2],
       ['rmdir', 2],
       ['stat', 3],
       ['listdir', 2],
       ['readall', 3],
     ]);
+  }
+
+  private oneOp(): void {
+    const m = this.m;
+    const open = [...m.handles.keys()];
+    const w = this.writable();
+    const crowded = m.treeBytes() > this.maxTree;
+    const choice = this.chooseKind(open, w, crowded, open.length >= this.maxHandles);
     switch (choice) {
       case 'open':
-        openOne(anyFile(), weighted(OPEN_FLAGS));
+        this.openOne(this.anyFile(), this.weighted(OPEN_FLAGS));
         return;
       case 'sequential':
-        sequentialFile();
+        this.sequentialFile();
         return;
       case 'write': {
-        const h = pick(w);
+        const h = this.pick(w);
         const hd = m.handles.get(h)!;
-        const off = rand() < 0.6 ? undefined : offsetIn(hd.ino.size);
-        emit({ op: 'write', h, ...(off === undefined ? {} : { off }), seed: int(1, 2 ** 31), len: writeLength() });
+        const off = this.rand() < 0.6 ? undefined : this.offsetIn(hd.ino.size);
+        this.emit({ op: 'write', h, ...(off === undefined ? {} : { off }), seed: this.int(1, 2 ** 31), len: this.writeLength() });
         return;
       }
       case 'pwrite': {
-        const h = pick(w);
-        emit({ op: 'pwrite', h, off: offsetIn(m.handles.get(h)!.ino.size), seed: int(1, 2 ** 31), len: writeLength() });
+        const h = this.pick(w);
+        this.emit({ op: 'pwrite', h, off: this.offsetIn(m.handles.get(h)!.ino.size), seed: this.int(1, 2 ** 31), len: this.writeLength() });
         return;
       }
       case 'outOfOrder':
-        outOfOrder(pick(w));
+        this.outOfOrder(this.pick(w));
         return;
       case 'read': {
-        const r = readable();
-        const h = r.length && rand() < 0.9 ? pick(r) : pick(open);
+        const r = this.readable();
+        const h = r.length && this.rand() < 0.9 ? this.pick(r) : this.pick(open);
         const size = m.handles.get(h)!.ino.size;
-        emit({ op: 'read', h, off: rand() < 0.3 ? 0 : int(0, size + 10), len: rand() < 0.3 ? size + 1 : logUniform(1, 8 * MIB) });
+        this.emit({ op: 'read', h, off: this.rand() < 0.3 ? 0 : this.int(0, size + 10), len: this.rand() < 0.3 ? size + 1 : this.logUniform(1, 8 * MIB) });
         return;
       }
       case 'ftruncate': {
-        const h = pick(w);
-        emit({ op: 'ftruncate', h, size: truncateSize(m.handles.get(h)!.ino.size, crowded) });
+        const h = this.pick(w);
+        this.emit({ op: 'ftruncate', h, size: this.truncateSize(m.handles.get(h)!.ino.size, crowded) });
         return;
       }
       case 'truncate': {
-        const path = anyFile();
-        emit({ op: 'truncate', path, size: truncateSize(m.files.get(path)?.size ?? 0, crowded) });
+        const path = this.anyFile();
+        this.emit({ op: 'truncate', path, size: this.truncateSize(m.files.get(path)?.size ?? 0, crowded) });
         return;
       }
       case 'fsync':
       case 'close':
-        emit({ op: choice, h: pick(open) });
+        this.emit({ op: choice, h: this.pick(open) });
         return;
       case 'unlink':
-        emit({ op: 'unlink', path: rand() < 0.9 ? anyFile() : anyDir() });
+        this.emit({ op: 'unlink', path: this.rand() < 0.9 ? this.anyFile() : this.anyDir() });
         return;
       case 'renameFile': {
-        const src = anyFile();
+        const src = this.anyFile();
         // mkdir sometimes takes a file's name: without dirRenames, such a folder is only looked at.
-        if (opts.dirRenames === false && m.dirs.has(src)) emit({ op: 'stat', path: src });
-        else emit({ op: 'rename', src, dst: rand() < 0.9 ? anyFile() : anyDir() });
+        if (this.opts.dirRenames === false && m.dirs.has(src)) this.emit({ op: 'stat', path: src });
+        else this.emit({ op: 'rename', src, dst: this.rand() < 0.9 ? this.anyFile() : this.anyDir() });
         return;
       }
       case 'renameDir':
-        emit({ op: 'rename', src: anyDir(), dst: rand() < 0.9 ? anyDir() : anyFile() });
+        this.emit({ op: 'rename', src: this.anyDir(), dst: this.rand() < 0.9 ? this.anyDir() : this.anyFile() });
         return;
       case 'mkdir':
-        emit({ op: 'mkdir', path: rand() < 0.9 ? anyDir() : anyFile() });
+        this.emit({ op: 'mkdir', path: this.rand() < 0.9 ? this.anyDir() : this.anyFile() });
         return;
       case 'rmdir':
-        emit({ op: 'rmdir', path: anyDir() });
+        this.emit({ op: 'rmdir', path: this.anyDir() });
         return;
       case 'stat':
-        emit({ op: 'stat', path: rand() < 0.7 ? anyFile() : anyDir() });
+        this.emit({ op: 'stat', path: this.rand() < 0.7 ? this.anyFile() : this.anyDir() });
         return;
       case 'listdir':
-        emit({ op: 'listdir', path: rand() < 0.2 ? '' : anyDir() });
+        this.emit({ op: 'listdir', path: this.rand() < 0.2 ? '' : this.anyDir() });
         return;
       case 'readall':
-        emit({ op: 'readall', path: anyFile() });
+        this.emit({ op: 'readall', path: this.anyFile() });
         return;
     }
   }
-
-  function truncateSize(size: number, crowded: boolean): number {
-    if (crowded || rand() < 0.3) return rand() < 0.5 ? 0 : int(0, Math.min(size, 64 * KIB));
-    return weighted<() => number>([
-      [() => int(0, size), 3],
-      [() => size + int(1, MIB), 1],
-      [() => Math.max(0, pick(BOUNDARIES.slice(0, 2)) + int(-1, 1)), 1],
-    ])();
-  }
-
-  for (const d of START_DIRS) emit({ op: 'mkdir', path: d });
-  // The last sequence may run a few operations past `count`: cutting it would leave its handle unused.
-  while (ops.length < opts.count) oneOp();
-  // A run ends with nothing open, so its final state is settled on both sides (and in the bucket).
-  for (const h of [...m.handles.keys()]) emit({ op: 'close', h });
-  return ops;
 }
