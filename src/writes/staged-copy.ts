@@ -3,7 +3,8 @@ import { unlink } from 'node:fs/promises';
 import { DIRECT_ALIGN } from '../blocks/block-files.js';
 import type { BlockSource } from '../blocks/block-source.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
-import type { UploadBuffer, UploadBuffers } from './upload-buffers.js';
+import { MemoryChunk } from './memory-chunk.js';
+import type { UploadBuffers } from './upload-buffers.js';
 
 /** Bytes of the file lent from memory (until released). */
 export interface HeldBytes {
@@ -21,46 +22,6 @@ export interface UploadSource {
 
 /** A streamed file keeps its bytes in memory only from this size on: small files stay on the plain path. */
 const MEMORY_FROM_BYTES = 1024 * 1024;
-
-/** A chunk of a streamed file in memory: the tail being written, or a full chunk on its way to disk and GCS. */
-class MemoryChunk {
-  length = 0;
-  /** The chunk's write to the staged file, once sealed (never rejects). */
-  onDisk: Promise<void> = Promise.resolve();
-  /** Its write has settled: the file holds its bytes (or the copy is broken). */
-  written = false;
-  private refs = 1;
-
-  constructor(
-    readonly start: number,
-    private readonly buffer: UploadBuffer,
-  ) {}
-
-  get bytes(): Buffer {
-    return this.buffer.bytes;
-  }
-
-  get aligned(): boolean {
-    return this.buffer.aligned;
-  }
-
-  get end(): number {
-    return this.start + this.length;
-  }
-
-  get full(): boolean {
-    return this.length === this.buffer.bytes.length;
-  }
-
-  retain(): this {
-    this.refs++;
-    return this;
-  }
-
-  release(): void {
-    if (--this.refs === 0) this.buffer.release();
-  }
-}
 
 export interface StagedMemory {
   buffers: UploadBuffers;

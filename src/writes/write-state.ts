@@ -5,6 +5,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { FileUpload, type UploadDeps } from './file-upload.js';
 import { StagedCopy } from './staged-copy.js';
+import { UploadStream } from './upload-stream.js';
 import { isPrecondition, WriteError } from './write-error.js';
 import type { StagingDir } from './staging.js';
 
@@ -35,10 +36,8 @@ const MAX_OBJECT_BYTES = 5 * 2 ** 40;
  * the whole file, filled from the object it was opened on at its first change (not at all when it is
  * truncated to nothing or is new), and uploaded at close or fsync with `ifGenerationMatch` set to the
  * generation it was opened on ('0' for a new file), so an object replaced behind the mount's back is never
- * overwritten (ESTALE). A new file written in order streams: each full chunk is sent to a resumable
- * session as soon as it is written, and close sends the last one; a write into bytes already sent, or a
- * truncate below them, stops the stream (the session is cancelled; close uploads the staged file whole,
- * so the object never appears half-written).
+ * overwritten (ESTALE). A new file written in order streams (upload-stream.ts): each full chunk is sent
+ * to a resumable session as soon as it is written, and close sends the last one.
  *
  * Every change and upload runs in order through `serial` (the kernel holds the inode's lock across a
  * write, but not across a flush or a release); reads of the staged copy do not wait.
@@ -53,12 +52,8 @@ export class WriteState {
   private stale = false;
   private staged: StagedCopy | null = null;
   private filling: Promise<void> | null = null;
-  private upload: FileUpload | null = null;
-  /** Whether a streamed upload may still be fed (a new file, written in order so far). */
-  private streams: boolean;
-  private sending: Promise<void> | null = null;
-  /** Where the send in flight (`sending`) ends. */
-  private sendingTo = 0;
+  /** The upload fed while a new file is written in order, and the session a flush finishes. */
+  private readonly stream: UploadStream;
   private serial: Promise<unknown> = Promise.resolve();
   /** Writes and truncates so far: the block cache takes an upload's bytes only if none came after it. */
   private changes = 0;
@@ -76,7 +71,7 @@ export class WriteState {
   ) {
     this.size = source?.size ?? 0;
     this.mtimeMs = source?.updatedMs ?? Date.now();
-    this.streams = source === null && deps.config.streaming;
+    this.stream = new UploadStream(deps, source === null && deps.config.streaming, () => this.newUpload());
     if (source === null) this.dirty = true; // a new file is uploaded at close even when empty
   }
 
@@ -122,12 +117,8 @@ export class WriteState {
     this.objectName = name;
     this.expect = expect;
     if (moved) this.source = moved;
-    if (this.upload) {
-      const u = this.upload;
-      this.upload = null;
-      this.stopStreaming();
-      void this.run(() => u.cancel());
-    }
+    const u = this.stream.abandon();
+    if (u) void this.run(() => u.cancel());
     // Nothing streams any more: bytes held in memory for the stream go to the staged copy.
     void this.run(async () => this.staged?.spill()).catch((err: unknown) => this.deps.log.warn({ path, err: String(err) }, 'a renamed file lost its staged bytes: its next close fails'));
   }
@@ -138,18 +129,19 @@ export class WriteState {
       if (pos + data.length > MAX_OBJECT_BYTES) throw new WriteError('EFBIG', 'past the largest object GCS stores');
       await this.ensureStaged(false);
       // A write into bytes a stream has sent (or is sending) cannot be streamed any more.
-      if (this.upload && pos < this.sentUpTo()) {
-        await this.sending?.catch(() => undefined);
-        await this.cancelStream();
+      if (this.stream.sentBeyond(pos)) {
+        await this.stream.settled();
+        await this.stream.cancel();
       }
       const grows = pos + data.length - this.size;
       if (grows > 0) this.reserveDisk(grows);
       // A streamed file's appends may stay in memory until a chunk is full (staged-copy.ts).
-      await this.staged!.write(pos, data, this.streams && !this.unlinked && pos === this.size);
+      await this.staged!.write(pos, data, this.stream.streaming && !this.unlinked && pos === this.size);
       this.size = Math.max(this.size, pos + data.length);
       this.touch();
       this.deps.metrics.inc('fuse_write_bytes', data.length);
-      if (this.streams) await this.feed();
+      // Nothing of a removed file goes to GCS.
+      if (this.stream.streaming && !this.unlinked) await this.stream.feed(this.size, this.staged!);
       return data.length;
     });
   }
@@ -160,9 +152,9 @@ export class WriteState {
       if (size > MAX_OBJECT_BYTES) throw new WriteError('EFBIG', 'past the largest object GCS stores');
       if (size === this.size && this.staged) return;
       await this.ensureStaged(size === 0);
-      if (this.upload && size < this.sentUpTo()) {
-        await this.sending?.catch(() => undefined);
-        await this.cancelStream();
+      if (this.stream.sentBeyond(size)) {
+        await this.stream.settled();
+        await this.stream.cancel();
       }
       if (size > this.size) this.reserveDisk(size - this.size);
       await this.staged!.truncate(size);
@@ -182,8 +174,8 @@ export class WriteState {
         await this.ensureStaged(false);
       } finally {
         this.unlinked = true;
-        await this.sending?.catch(() => undefined);
-        if (this.upload) await this.cancelStream();
+        await this.stream.settled();
+        if (this.stream.hasUpload) await this.stream.cancel();
       }
     });
   }
@@ -218,11 +210,10 @@ export class WriteState {
     if (!this.dirty || this.unlinked) return null;
     await this.ensureStaged(false);
     const t0 = performance.now();
-    await this.sending?.catch(() => undefined);
+    await this.stream.settled();
     // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
     // staged copy from its first byte again, over the generation this upload makes.
-    const upload = this.upload ?? this.newUpload();
-    this.upload = null;
+    const upload = this.stream.take() ?? this.newUpload();
     try {
       // The last chunk goes from memory; then the staged copy gets every byte (for the block cache, a
       // later close, a reader), whether or not the upload worked. A staged copy that could not take
@@ -249,17 +240,13 @@ export class WriteState {
    */
   sync(): Promise<WrittenObject | null> {
     return this.run(async () => {
-      if (!this.streams || this.unlinked || !this.dirty || (!this.upload && this.size < UPLOAD_CHUNK_UNIT)) return this.flushNow();
+      if (!this.stream.streaming || this.unlinked || !this.dirty || (!this.stream.hasUpload && this.size < UPLOAD_CHUNK_UNIT)) return this.flushNow();
       if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
-      await this.sending?.catch(() => undefined);
+      await this.stream.settled();
       const aligned = Math.floor(this.size / UPLOAD_CHUNK_UNIT) * UPLOAD_CHUNK_UNIT;
-      if (!this.upload) {
-        this.upload = this.newUpload();
-        this.deps.metrics.inc('write_streamed_files');
-      }
+      this.stream.open();
       try {
-        await this.upload.sendUpTo(aligned, this.deps.config.chunkBytes);
-        this.staged?.sent(this.upload.committed);
+        await this.stream.sendUpTo(aligned, this.staged);
       } catch (err) {
         throw this.failed(err);
       }
@@ -278,8 +265,8 @@ export class WriteState {
     await this.run(async () => {
       // Opened again while this close ran: the file goes on, staged copy and all.
       if (this.handles > 0) return;
-      await this.sending?.catch(() => undefined);
-      if (this.upload && this.unlinked) await this.cancelStream();
+      await this.stream.settled();
+      if (this.stream.hasUpload && this.unlinked) await this.stream.cancel();
       const staged = this.staged;
       this.staged = null;
       await staged?.remove();
@@ -310,12 +297,6 @@ export class WriteState {
     } catch (err) {
       throw new WriteError('ENOSPC', (err as Error).message);
     }
-  }
-
-  /** Bytes GCS has, or is being sent: a write below this cannot be streamed any more. */
-  private sentUpTo(): number {
-    if (!this.upload) return 0;
-    return this.sending ? Math.max(this.upload.committed, this.sendingTo) : this.upload.committed;
   }
 
   /** The staged copy, made at the first change: filled from the source object unless it is about to be emptied. */
@@ -350,47 +331,6 @@ export class WriteState {
       { ifGenerationMatch: this.expect, metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) } },
       this.deps.blocks.blockSize,
     );
-  }
-
-  /** Streaming: sends the next whole chunk when one is written and none is on its way; waits when too far ahead. */
-  private async feed(): Promise<void> {
-    if (this.unlinked) return; // nothing of a removed file goes to GCS
-    const chunk = this.deps.config.chunkBytes;
-    // Chunks end at multiples of `chunk` (after an fsync's part-chunk too), as the file's chunks in memory do.
-    const to = (Math.floor((this.upload?.committed ?? 0) / chunk) + 1) * chunk;
-    if (!this.sending && this.size >= to) {
-      if (!this.upload) {
-        this.upload = this.newUpload();
-        this.deps.metrics.inc('write_streamed_files');
-      }
-      const upload = this.upload;
-      const staged = this.staged!;
-      this.sendingTo = to;
-      this.sending = upload.sendUpTo(to, chunk).finally(() => {
-        this.sending = null;
-        staged.sent(upload.committed);
-      });
-      // A failure shows at close (which uploads from the staged copy again): not here.
-      this.sending.catch(() => undefined);
-    }
-    // Too far ahead of GCS: the writer waits for the chunk on its way (memory and disk stay bounded). It
-    // waits as soon as maxChunksAhead whole chunks wait behind the one being sent, before it starts
-    // another: a file then holds at most maxChunksAhead + 1 chunks of memory (64 MiB with the defaults,
-    // as gcsfuse's streaming writes). A writer is far faster than one upload, so GCS is never kept waiting.
-    const ahead = this.size - (this.upload?.committed ?? 0);
-    if (this.sending && ahead >= chunk * (this.deps.config.maxChunksAhead + 1)) await this.sending.catch(() => undefined);
-  }
-
-  private async cancelStream(): Promise<void> {
-    const u = this.upload;
-    this.upload = null;
-    this.stopStreaming();
-    await u?.cancel();
-  }
-
-  private stopStreaming(): void {
-    if (this.streams) this.deps.metrics.inc('write_stream_stops');
-    this.streams = false;
   }
 
   private failed(err: unknown): WriteError {
