@@ -50,6 +50,8 @@ describe('ShardFollower: a crowd of readers through a sharded array', () => {
         return { bytes, release: () => undefined, retain() { return this; } };
       },
       cached: () => false,
+      // No disk cache: no inner chunk is fetched alone.
+      getRange: () => null,
     } as unknown as BlockSource;
     const metrics = new Metrics();
     const follower = new ShardFollower({

@@ -26,6 +26,8 @@ const SEQ = {
     { path: 'start', ...GRID, indexAt: 'start', order: 'F' },
     // Inner chunks of exactly one block: what a shuffled reader reads is what a block holds.
     { path: 'big', shape: [1, 64 * MIB], chunk: [1, MIB], shard: [1, 16 * MIB] },
+    // Inner chunks of a sixteenth of a block: a block holds many a shuffled reader never asks for.
+    { path: 'small', shape: [1, 16 * MIB], chunk: [1, 64 * 1024], shard: [1, 4 * MIB] },
   ],
 };
 const CONS = {
@@ -151,6 +153,32 @@ describe('Zarr v3: sharded arrays and consolidated metadata', () => {
     expect(bytes).toBeGreaterThanOrEqual(r.bytes);
     expect(bytes).toBeLessThanOrEqual(1.5 * r.bytes);
     await unmount(m.path);
+  });
+
+  it('sharded, inner chunks of a sixteenth of a block: a shuffled reader of a sixth of them fetches no more than 1.5x the bytes it reads, and its warm epoch none', { timeout: 120_000 }, async () => {
+    for (const seed of ['5', '9']) {
+      const m = await mount({ tb, args: [...MOUNT_ARGS, '--cache-dir', await tempDir('v3-cache')] });
+      // The array is known from its first shard's open on; that first open is read as any file (by
+      // blocks, with readahead): once per array and mount, not what this bounds. One chunk read makes it known.
+      await read(join(m.path, 'seq'), 'small', '--order', 'c', '--count', '1');
+      await eventually(async () => (await mountStats(m.path)).counters.block_fetches > 0, 5_000);
+      await new Promise((done) => setTimeout(done, 300));
+      tb.emulator.resetStats();
+      const r = await read(join(m.path, 'seq'), 'small', '--order', 'shuffle', '--seed', seed, '--count', '40');
+      await new Promise((done) => setTimeout(done, 500)); // anything fetched ahead lands in the log
+      const got = media().filter((e) => e.object!.startsWith('seq/small/c/'));
+      const bytes = got.reduce((n, e) => n + e.bytes, 0);
+      console.log(`shuffled reader of small inner chunks (seed ${seed}): read ${r.bytes} bytes, fetched ${bytes} in ${got.length} requests`);
+      // (Less than read when the priming read's blocks hold some of the chunks.)
+      expect(bytes).toBeGreaterThan(0);
+      expect(bytes).toBeLessThanOrEqual(1.5 * r.bytes);
+      // The same epoch again: every inner chunk and index it reads is in the cache.
+      tb.emulator.resetStats();
+      await read(join(m.path, 'seq'), 'small', '--order', 'shuffle', '--seed', seed, '--count', '40');
+      expect(media().filter((e) => e.object!.startsWith('seq/small/c/'))).toEqual([]);
+      expect((await mountStats(m.path)).counters.block_range_fetches).toBeGreaterThan(0);
+      await unmount(m.path);
+    }
   });
 
   it("consolidated v3 store: array layouts from the root's zarr.json, no GET of any array's or group's zarr.json", { timeout: 60_000 }, async () => {

@@ -80,6 +80,8 @@ export class BlockSource {
   preloadAhead: ((row: BlockRow) => void) | null = null;
   private readonly blocks = new Map<string, Pending>();
   private readonly wholes = new Map<string, Pending>();
+  /** Loads of byte ranges kept apart from blocks (getRange). */
+  private readonly ranges = new Map<string, Pending>();
   /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
   private readonly writing = new Map<string, BlockData>();
   private readonly recent: RecentBlocks;
@@ -107,6 +109,52 @@ export class BlockSource {
       if (err instanceof MemoryShortError) return this.get(meta, index, priority, memory, keepRecent);
       throw err;
     });
+  }
+
+  /**
+   * Bytes [offset, offset + length) of the object alone, kept in the disk cache as an entry of their own
+   * (keyed by offset and length, not by block), for the caller to release; or null when a block holding
+   * any of them is here or on its way (read that instead: the same bytes are never downloaded twice), or
+   * there is no disk cache (nothing could keep them: a warm read would download them again). For the
+   * small inner chunks of shards that a reader jumps between (ShardFollower.rangeFor).
+   */
+  getRange(meta: ObjectMeta, offset: number, length: number, priority: 'demand' | 'prefetch' = 'demand'): Promise<BlockData> | null {
+    const disk = this.deps.disk;
+    if (!disk || length <= 0 || length > this.blockSize) return null;
+    for (let b = Math.floor(offset / this.blockSize); b <= Math.floor((offset + length - 1) / this.blockSize); b++) {
+      const id = blockId(meta, b);
+      if (this.blocks.has(id) || this.writing.has(id) || this.recent.has(id) || disk.lookup(this.diskKey(meta, b))) return null;
+    }
+    const id = rangeId(meta, offset, length);
+    const load = (p: 'demand' | 'prefetch') => this.shared(this.ranges, id, p, (pending) => this.loadRange(disk, meta, offset, length, p, pending)).then((b) => b.retain());
+    if (priority === 'prefetch') return load('prefetch');
+    // Joined a guess that was then skipped for memory: load it again, this time waiting for memory.
+    return load('demand').catch((err: unknown) => {
+      if (err instanceof MemoryShortError) return load('demand');
+      throw err;
+    });
+  }
+
+  private async loadRange(disk: DiskCache, meta: ObjectMeta, offset: number, length: number, priority: 'demand' | 'prefetch', pending: Pending): Promise<BlockData> {
+    const { metrics } = this.deps;
+    const id = rangeId(meta, offset, length);
+    const key = this.rangeKey(meta, offset, length);
+    const beingWritten = this.writing.get(id);
+    const row = beingWritten ? null : disk.lookup(key);
+    const cached = beingWritten ? beingWritten.retain() : row ? await this.fromDisk(disk, row, length, priority, priority === 'demand' ? 'wait' : 'skip') : null;
+    if (cached) {
+      metrics.inc('block_cache_hits');
+      metrics.inc('block_cache_hit_bytes', cached.bytes.length);
+      return cached;
+    }
+    metrics.inc('block_cache_misses');
+    metrics.inc('block_range_fetches');
+    const lease = await this.leaseFor(length, priority, priority === 'demand' ? 'wait' : 'skip');
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, offset, offset + length, pending.rate, lease));
+    pending.ticket = ticket;
+    const { block, crc32c } = await result;
+    this.keepOnDisk(id, key, block, crc32c, null);
+    return block;
   }
 
   /** Lets go of the blocks kept in memory (the mount is stopping). */
@@ -256,13 +304,16 @@ export class BlockSource {
    * on disk, the block is handed to `preloadAhead` (the native read path loads it into memory then).
    */
   private stored(meta: ObjectMeta, index: number, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null = null): void {
+    this.keepOnDisk(blockId(meta, index), this.diskKey(meta, index), block, crc32c, prefetch);
+  }
+
+  /** stored()'s work for any cache entry: `id` names it in memory while it is written, `key` on disk. */
+  private keepOnDisk(id: string, key: BlockKey, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null): void {
     this.deps.metrics.inc('block_fetches');
     this.deps.metrics.inc('block_fetch_bytes', block.bytes.length);
-    const id = blockId(meta, index);
     if (!this.deps.disk || this.writing.has(id)) return;
     const ref = block.retain();
     this.writing.set(id, ref);
-    const key = this.diskKey(meta, index);
     const disk = this.deps.disk;
     // Nobody awaits this chain: a failure in it is logged here, never left to end the process.
     void disk.write(key, ref.bytes, ref.directCapacity, crc32c).finally(() => {
@@ -307,6 +358,14 @@ export class BlockSource {
   }
 
   /**
+   * A range's cache key: its offset in place of a block number and minus its length in place of the block
+   * size, so it can never be taken for a block (whose sizes are positive) nor for another range.
+   */
+  private rangeKey(meta: ObjectMeta, offset: number, length: number): BlockKey {
+    return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: offset, blockSize: -length };
+  }
+
+  /**
    * A range of the object, into `lease` (whose reference becomes the result's); a download of the whole object is
    * checked against the object's CRC32C, which is returned then (the block cache's index keeps it, so
    * the bytes are not hashed twice: at 1-2 GB/s a hash pass is a good part of a cold read's CPU). A
@@ -336,6 +395,11 @@ export class BlockSource {
 
 export function fileId(meta: ObjectMeta): string {
   return `${meta.name}\0${meta.generation}`;
+}
+
+/** A byte range's id beside blockId's (which has three parts, this four). */
+function rangeId(meta: ObjectMeta, offset: number, length: number): string {
+  return `${meta.name}\0${meta.generation}\0${offset}\0${length}`;
 }
 
 export function blockId(meta: ObjectMeta, index: number): string {

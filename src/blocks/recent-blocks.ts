@@ -40,6 +40,11 @@ export class RecentBlocks {
     return this.held;
   }
 
+  /** Whether the block is held (a read of it costs no download). */
+  has(id: string): boolean {
+    return this.blocks.has(id);
+  }
+
   /** A reference of the caller's own to the block, or null. */
   take(id: string): BlockData | null {
     const entry = this.blocks.get(id);

@@ -5,6 +5,7 @@ import { Errno, errnoFor } from './errno.js';
 import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
+import type { ByteRange } from '../prefetch/shard-follower.js';
 import type { WriteState } from '../writes/write-state.js';
 
 /** Linux's O_ACCMODE: node:fs does not export it. */
@@ -119,21 +120,20 @@ export class ReadOps {
       if (isGcsError(err, 'NOT_FOUND')) deps.namespace.forget(path);
       this.ctx.fail(a, path, err, Errno.EIO);
     };
-    // Within one block still on its way: answered from the block's memory once it is here, as above.
-    let later: ReturnType<typeof reader.viewLater>;
-    try {
-      later = reader.viewLater(pos, size);
-    } catch (err) {
-      return failed(err);
-    }
-    if (later) {
-      later.then((v) => {
-        deps.metrics.inc('fuse_read_bytes', v.bytes.length);
-        a.bufThen(v.bytes, v.bytes.length, v.release);
+    const byBlocks = (): void => this.readByBlocks(a, reader, pos, size, failed);
+    // A small inner chunk (or the index) of a shard its reader jumps about in: those bytes alone, not the block.
+    const byRange = (range: ByteRange | null): void => {
+      const ranged = range ? deps.blocks.getRange(reader.meta, range.offset, range.nbytes) : null;
+      if (!range || !ranged) return byBlocks();
+      ranged.then((data) => {
+        const bytes = data.bytes.subarray(pos - range.offset, Math.min(data.bytes.length, pos - range.offset + size));
+        deps.metrics.inc('fuse_read_bytes', bytes.length);
+        a.bufThen(bytes, bytes.length, () => data.release());
       }, failed);
-      return;
-    }
-    this.readIntoBuffer(a, reader, pos, size, failed);
+    };
+    const range = deps.prefetcher?.innerRange(reader.meta, pos, size) ?? null;
+    if (range instanceof Promise) range.then(byRange, failed);
+    else byRange(range);
   }
 
   release(a: Answer, fh: number): void {
@@ -177,6 +177,24 @@ export class ReadOps {
       this.orphans.set(fh, state ?? (await writes.keepCopy(path, reader.meta)));
       this.ctx.handles.release(fh);
     }
+  }
+
+  /** Within one block still on its way: answered from the block's memory once it is here; else copied as blocks arrive. */
+  private readByBlocks(a: Answer, reader: HandleReader, pos: number, size: number, failed: (err: unknown) => void): void {
+    let later: ReturnType<typeof reader.viewLater>;
+    try {
+      later = reader.viewLater(pos, size);
+    } catch (err) {
+      return failed(err);
+    }
+    if (later) {
+      later.then((v) => {
+        this.ctx.deps.metrics.inc('fuse_read_bytes', v.bytes.length);
+        a.bufThen(v.bytes, v.bytes.length, v.release);
+      }, failed);
+      return;
+    }
+    this.readIntoBuffer(a, reader, pos, size, failed);
   }
 
   /** The read no block's memory can answer: copied into a buffer (a pooled one when it fits) as blocks arrive. */

@@ -62,6 +62,7 @@ export const COUNTERS = {
   block_cache_hit_bytes: 'bytes of blocks served from the disk cache (by JavaScript or the native path)',
   block_cache_misses: 'blocks not in the disk cache (fetched from GCS)',
   block_fetches: 'blocks downloaded from GCS',
+  block_range_fetches: 'byte ranges downloaded alone (small inner chunks of shards a reader jumps between), not whole blocks',
   block_fetch_bytes: 'bytes of blocks downloaded from GCS',
   block_shared_waits: 'block reads that joined a download already in flight',
   block_memory_hits: 'blocks read again from memory after their readers let go (a shard reopened per inner chunk), neither disk nor GCS asked',

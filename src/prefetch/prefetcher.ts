@@ -9,7 +9,7 @@ import { childPath, parentPath } from '../namespace/paths.js';
 import { ArrayFinder, remember } from './array-finder.js';
 import type { PrefetchStore } from './prefetch-store.js';
 import { ReadStream } from './read-stream.js';
-import { ShardFollower, type ShardedArray } from './shard-follower.js';
+import { ShardFollower, type ByteRange, type ShardedArray } from './shard-follower.js';
 import { chunkCount, indicesOfKey, indicesOfLinear, keyOfIndices, linearOf, type ZarrLayout } from './zarr-layout.js';
 
 export interface PrefetchConfig {
@@ -119,6 +119,11 @@ export class Prefetcher {
   /** Whether reads of this file move a walk (a shard of a followed array): they must all come here. */
   followsReads(meta: ObjectMeta): boolean {
     return this.shards.follows(meta);
+  }
+
+  /** For a read of a followed shard: the one inner chunk (or index) to fetch alone, or null (see ShardFollower.rangeFor). */
+  innerRange(meta: ObjectMeta, pos: number, size: number): ByteRange | Promise<ByteRange | null> | null {
+    return this.closed ? null : this.shards.rangeFor(meta, pos, size);
   }
 
   /** A read of an open file (before the block cache answers it): moves a reader through a sharded array. */

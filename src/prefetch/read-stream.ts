@@ -55,6 +55,11 @@ export class ReadStream {
 
   constructor(private readonly maxDistance: number) {}
 
+  /** Files the stream reaches ahead of its front now (0 when none is running). */
+  get distanceAhead(): number {
+    return this.direction === 0 ? 0 : this.distance;
+  }
+
   observe(position: number): StreamAdvice | null {
     if (this.recent[this.recent.length - 1] !== position) {
       this.recent.push(position);
