@@ -227,7 +227,8 @@ export class ShardFollower {
     const id = fileId(meta);
     const known = this.indexes.get(id);
     if (known) return known;
-    const loading = this.loadIndex(sharding, meta, priority, alone).then((index) => {
+    // Whatever went wrong, no index: the shard is read by blocks and asked again by the next round.
+    const loading = this.loadIndex(sharding, meta, priority, alone).catch(() => null).then((index) => {
       if (index) remember(this.parsed, id, index);
       else this.indexes.delete(id);
       const early = this.early.get(id);
