@@ -172,6 +172,8 @@ describe('Zarr v3: sharded arrays and consolidated metadata', () => {
       // (Less than read when the priming read's blocks hold some of the chunks.)
       expect(bytes).toBeGreaterThan(0);
       expect(bytes).toBeLessThanOrEqual(1.5 * r.bytes);
+      // A request per chunk read and per shard index at most, and a few for a young stream's guesses.
+      expect(got.length).toBeLessThanOrEqual(40 + 4 + 8);
       // The same epoch again: every inner chunk and index it reads is in the cache.
       tb.emulator.resetStats();
       await read(join(m.path, 'seq'), 'small', '--order', 'shuffle', '--seed', seed, '--count', '40');

@@ -100,9 +100,10 @@ export class ShardFollower {
   /**
    * The byte range to fetch alone for a read of `size` bytes at `pos` of a followed shard, or null (read
    * it by blocks): the inner chunk (or the index) the read lies in, when that is at most ALONE_SHARE of a
-   * block and no walk of its array is past its start (YOUNG_STREAM). A reader that jumps from inner chunk to inner chunk (a shuffled
-   * loader) would otherwise fetch a whole block for each small chunk it reads: a fifth of the 128 KiB
-   * chunks read means nearly every 4 MiB block fetched. A walking reader reads the blocks whole anyway.
+   * block and no walk of its array is past its start (YOUNG_STREAM). A reader that jumps from inner chunk
+   * to inner chunk (a shuffled loader) would otherwise fetch a whole block for each small chunk it reads:
+   * a fifth of the 128 KiB chunks read means nearly every 4 MiB block fetched. A walking reader reads the
+   * blocks whole anyway.
    */
   rangeFor(meta: ObjectMeta, pos: number, size: number): ByteRange | Promise<ByteRange | null> | null {
     const id = fileId(meta);
@@ -178,12 +179,12 @@ export class ShardFollower {
     }
   }
 
-  /** Starts the blocks of the inner chunk at `position` that are neither fetched nor asked for; false when a budget says stop. */
   /**
-   * `distance`: how far ahead the stream reaches. A young stream (YOUNG_STREAM) over small inner chunks
-   * fetches each chunk alone, as a jumping reader's reads are (rangeFor): a shuffled reader's two reads
-   * that happen to be neighbours start one, and its blocks would be waste; a walking reader's stream
-   * soon reaches further and fetches blocks.
+   * Starts the blocks of the inner chunk at `position` that are neither fetched nor asked for; false when
+   * a budget says stop. `distance`: how far ahead the stream reaches. A young stream (YOUNG_STREAM) over
+   * small inner chunks fetches each chunk alone, as a jumping reader's reads are (rangeFor): a shuffled
+   * reader's two reads that happen to be neighbours start one, and its blocks would be waste; a walking
+   * reader's stream soon reaches further and fetches blocks.
    */
   private async fetchPosition(array: ShardedArray, order: InnerOrder, position: number, distance: number): Promise<boolean> {
     const { metrics } = this.deps;
