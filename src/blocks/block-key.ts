@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /** Which block of which generation of which object, cut at which block size. */
 export interface BlockKey {
@@ -17,7 +17,8 @@ export function blockFileKey(k: BlockKey): string {
   const name = `${k.bucket}\0${k.object}\0${k.generation}\0${k.blockSize}\0${k.block}`;
   let key = recentKeys.get(name);
   if (key === undefined) {
-    key = createHash('sha256').update(name).digest('hex').slice(0, 32);
+    // crypto.hash: one call, no Hash object (createHash was 2% of a cold GiB's main thread).
+    key = hash('sha256', name, 'hex').slice(0, 32);
     if (recentKeys.size >= RECENT_KEYS) recentKeys.clear();
     recentKeys.set(name, key);
   }
