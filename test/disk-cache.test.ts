@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { writeAndRename } from '../src/blocks/block-files.js';
-import { BLOCK_TABLE, BlockIndex, IndexLockedError } from '../src/blocks/block-index.js';
+import { BLOCK_TABLE, BlockIndex, IndexLockedError, type BlockRow } from '../src/blocks/block-index.js';
 import { FreeSpaceMargin } from '../src/blocks/free-space.js';
 import { blockFileKey, BLOCKS_DIR, DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { silentLogger } from '../src/observe/logger.js';
@@ -13,6 +13,12 @@ import { Metrics } from '../src/observe/metrics.js';
 import { run, tempDir } from './helpers/harness.js';
 
 const BLOCK = 1024 * 1024;
+
+/** The index's one statement per row, inside its batch's transaction: where tests make a write fail. */
+interface RowWriter {
+  writeRow(r: BlockRow): void;
+}
+const spyOnRowWrites = () => vi.spyOn(BlockIndex.prototype as unknown as RowWriter, 'writeRow');
 
 describe('block files and O_DIRECT', () => {
   afterEach(() => vi.restoreAllMocks());
@@ -112,7 +118,7 @@ describe('a block cache that meets trouble recovers from it', () => {
     let now = Date.now();
     vi.spyOn(Date, 'now').mockImplementation(() => now);
     try {
-      const put = vi.spyOn(BlockIndex.prototype, 'put').mockImplementationOnce(() => {
+      const put = spyOnRowWrites().mockImplementationOnce(() => {
         throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
       });
       await cache.write(key(0), Buffer.alloc(1000, 1));
@@ -171,7 +177,7 @@ describe('a block cache that meets trouble recovers from it', () => {
   it('takes back a renamed block file whose index row could not be written, so none is orphaned after a clean stop', async () => {
     const dir = await tempDir('cache');
     const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, unwritableRetryMs: 10 }, silentLogger, new Metrics());
-    vi.spyOn(BlockIndex.prototype, 'put').mockImplementationOnce(() => {
+    spyOnRowWrites().mockImplementationOnce(() => {
       throw Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' });
     });
     await cache.write(key(0), Buffer.alloc(1000, 1));
@@ -381,8 +387,8 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
     const dir = await tempDir('index');
     const index = BlockIndex.open(join(dir, 'index.sqlite'));
     try {
-      const realPut = BlockIndex.prototype.put;
-      const put = vi.spyOn(BlockIndex.prototype, 'put');
+      const realPut = (BlockIndex.prototype as unknown as RowWriter).writeRow;
+      const put = spyOnRowWrites();
       const committed = Promise.all([0, 1, 2].map((i) => index.putSoon(row(i))));
       // Before the commit: visible to get and has, and nothing written yet.
       expect(index.get(row(1).key)?.crc32c).toBe(1);
@@ -393,7 +399,7 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
       expect(index.totals().blocks).toBe(3);
       // A failing statement takes the whole batch back: row 3 is written, row 4 fails, and neither is
       // in the index after (without the rollback, row 3 would stay).
-      put.mockImplementationOnce(function (this: BlockIndex, r) {
+      put.mockImplementationOnce(function (this: BlockIndex, r: BlockRow) {
         realPut.call(this, r);
       }).mockImplementationOnce(() => {
         throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
@@ -401,6 +407,25 @@ describe('the index commits rows in batches and checkpoints on its own schedule'
       const outcomes = await Promise.allSettled([3, 4].map((i) => index.putSoon(row(i))));
       expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
       expect(index.has(row(3).key) || index.has(row(4).key)).toBe(false);
+      // The rows asked about are remembered (no second query), and the memory follows every write.
+      const lookups = vi.spyOn(index['stmt'].get, 'get');
+      expect(index.get(row(0).key)?.crc32c).toBe(0); // committed above: known
+      expect(index.has(row(3).key)).toBe(false); // asked above: known absent
+      expect(index.has(row(9).key)).toBe(false);
+      expect(index.has(row(9).key)).toBe(false);
+      expect(lookups).toHaveBeenCalledTimes(1);
+      index.delete([row(0).key]);
+      expect(index.get(row(0).key)).toBeUndefined();
+      await index.putSoon(row(3));
+      expect(index.get(row(3).key)?.crc32c).toBe(3);
+      index.putMany([{ ...row(3), crc32c: 33 }]);
+      expect(index.get(row(3).key)?.crc32c).toBe(33);
+      expect(lookups).toHaveBeenCalledTimes(1);
+      index.clear();
+      expect(index.has(row(1).key)).toBe(false);
+      expect(lookups).toHaveBeenCalledTimes(2);
+      index.putMany([row(0), row(1), row(2)]);
+      index.delete([row(3).key]);
       // A row deleted before its commit is settled, not committed.
       const dropped = index.putSoon(row(5));
       index.delete([row(5).key]);
