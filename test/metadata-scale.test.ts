@@ -97,8 +97,8 @@ describe('compact listings', () => {
     // them (a reader's stream is judged by these steps).
     expect(ordinals).toEqual(fileKeys.map((_, i) => i));
     fileKeys.forEach((_, i) => {
-      expect(listing.filesFrom(ordinals[i]!, 1, 3)).toEqual(fileKeys.slice(i + 1, i + 4));
-      expect(listing.filesFrom(ordinals[i]!, -1, 2)).toEqual(fileKeys.slice(Math.max(0, i - 2), i).reverse());
+      expect(listing.filesFrom(ordinals[i]!, 1, 3).map((f) => f.name)).toEqual(fileKeys.slice(i + 1, i + 4));
+      expect(listing.filesFrom(ordinals[i]!, -1, 2).map((f) => f.name)).toEqual(fileKeys.slice(Math.max(0, i - 2), i).reverse());
     });
     expect(listing.fileOrdinal('c.30')).toBe(-1);
     expect(listing.fileOrdinal('d')).toBe(-1); // a folder, not a file
@@ -111,7 +111,7 @@ describe('compact listings', () => {
     ]);
     expect(shadowed.fileOrdinal('x')).toBe(-1);
     expect(shadowed.fileOrdinal('y')).toBe(1);
-    expect(shadowed.filesFrom(shadowed.fileOrdinal('a'), 1, 5)).toEqual(['y']);
+    expect(shadowed.filesFrom(shadowed.fileOrdinal('a'), 1, 5)).toEqual([{ name: 'y', meta: meta('p/y', 1) }]);
   });
 
   it('are evicted as whole folders, least recently used, and one larger than the budget is never kept', () => {

@@ -1,4 +1,5 @@
 import { compareNames as compareKeys } from '../name-order.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { DirEntry, Entry } from './entry.js';
 import { ListingRun } from './listing-run.js';
 
@@ -135,28 +136,28 @@ export class Listing {
     return ordinal;
   }
 
-  /** The visible file with this index (as `fileOrdinal` gives), or null past either end. */
-  fileAt(ordinal: number): string | null {
+  /** Run and row of the visible file with this index (as `fileOrdinal` gives), or null past either end. */
+  private fileRowAt(ordinal: number): { run: ListingRun; i: number } | null {
     if (ordinal < 0) return null;
     let rest = ordinal;
-    for (let r = 0; r < this.runs.length; r++) {
-      const own = this.runs[r]!.filesBefore(this.runs[r]!.count);
-      if (rest < own) {
-        const run = this.runs[r]!;
-        return run.key(run.rowOfFile(rest));
-      }
+    for (const run of this.runs) {
+      const own = run.filesBefore(run.count);
+      if (rest < own) return { run, i: run.rowOfFile(rest) };
       rest -= own;
     }
     return null;
   }
 
-  /** Up to `n` visible file names after (direction 1) or before (-1) the file with index `ordinal`, nearest first. */
-  filesFrom(ordinal: number, direction: 1 | -1, n: number): string[] {
-    const out: string[] = [];
+  /**
+   * Up to `n` visible files after (direction 1) or before (-1) the file with index `ordinal`, nearest
+   * first, each with its object: a prefetch walk takes them from here rather than looking each up.
+   */
+  filesFrom(ordinal: number, direction: 1 | -1, n: number): { name: string; meta: ObjectMeta }[] {
+    const out: { name: string; meta: ObjectMeta }[] = [];
     for (let k = 1; k <= n; k++) {
-      const name = this.fileAt(ordinal + k * direction);
-      if (name === null) break;
-      out.push(name);
+      const at = this.fileRowAt(ordinal + k * direction);
+      if (at === null) break;
+      out.push({ name: at.run.key(at.i), meta: at.run.meta(at.i, this.prefix) });
     }
     return out;
   }

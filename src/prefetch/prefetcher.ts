@@ -40,6 +40,12 @@ interface FolderWalk {
   listing: Listing | null;
 }
 
+/** A file a walk may fetch; `meta` when the walk took it from a listing (else it is looked up). */
+interface WalkTarget {
+  path: string;
+  meta?: ObjectMeta;
+}
+
 interface ZarrArray {
   root: string;
   layout: ZarrLayout;
@@ -150,11 +156,11 @@ export class Prefetcher {
     if (!array.stream.observe(linearOf(array.layout, idx))) return;
     const total = chunkCount(array.layout);
     await this.walk(array.stream, (from, direction, n) => {
-      const paths: string[] = [];
+      const targets: WalkTarget[] = [];
       for (let i = 1, p = from + direction; i <= n && p >= 0 && p < total; i++, p += direction) {
-        paths.push(childPath(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))));
+        targets.push({ path: childPath(array.root, keyOfIndices(array.layout, indicesOfLinear(array.layout, p))) });
       }
-      return paths;
+      return targets;
     });
   }
 
@@ -185,7 +191,7 @@ export class Prefetcher {
     // memory outside the mount's budget).
     const stream = state.stream;
     try {
-      await this.walk(stream, (from, direction, n) => (state.listing?.filesFrom(from, direction, n) ?? []).map((name) => childPath(dir, name)));
+      await this.walk(stream, (from, direction, n) => (state.listing?.filesFrom(from, direction, n) ?? []).map((f) => ({ path: childPath(dir, f.name), meta: f.meta })));
     } finally {
       if (!stream.walking) state.listing = null;
     }
@@ -201,27 +207,27 @@ export class Prefetcher {
   }
 
   /**
-   * Fetches what `stream`'s reader will reach and no walk has dealt with yet, in order (`pathsAfter`
+   * Fetches what `stream`'s reader will reach and no walk has dealt with yet, in order (`targetsAfter`
    * names the files after a position). One walk per stream at a time: opens meanwhile move the stream,
    * and the walk goes on to where it reaches then. (Each open used to walk the whole distance ahead
    * again, a lookup per file: 32 per open at the default distance, for files already on their way.) A
    * budget that says stop ends the walk, and the next open's walk starts again from there; a jump of the
    * reader makes it plan again from the reader's new place.
    */
-  private async walk(stream: ReadStream, pathsAfter: (from: number, direction: 1 | -1, n: number) => string[]): Promise<void> {
+  private async walk(stream: ReadStream, targetsAfter: (from: number, direction: 1 | -1, n: number) => WalkTarget[]): Promise<void> {
     if (stream.walking) return;
     stream.walking = true;
     try {
       for (let plan = stream.unplanned(); plan; plan = stream.unplanned()) {
         const epoch = stream.epoch;
-        const paths = pathsAfter(plan.from, plan.direction, plan.distance);
-        if (paths.length === 0) return;
+        const targets = targetsAfter(plan.from, plan.direction, plan.distance);
+        if (targets.length === 0) return;
         let position = plan.from;
-        for (const path of paths) {
+        for (const target of targets) {
           position += plan.direction;
           if (!(await this.turn())) return;
           if (stream.epoch !== epoch) break;
-          if (!(await this.fetchOne(path))) return;
+          if (!(await this.fetchOne(target))) return;
           // A jump while it started: the position belongs to the old stream.
           if (stream.epoch !== epoch) break;
           stream.dealtWith(position);
@@ -232,9 +238,9 @@ export class Prefetcher {
     }
   }
 
-  /** Starts the download of the file at `path` unless it is fetched, on its way or absent; false when a budget says stop. */
-  private async fetchOne(path: string): Promise<boolean> {
-    const meta = await this.listed(path);
+  /** Starts the download of the target's file unless it is fetched, on its way or absent; false when a budget says stop. */
+  private async fetchOne(target: WalkTarget): Promise<boolean> {
+    const meta = target.meta ?? (await this.listed(target.path));
     if (!meta) {
       this.deps.metrics.inc('prefetch_fill_skipped');
       return true;
