@@ -9,7 +9,7 @@
 //   A file that cannot be read just now (no descriptor or memory to spare) sends the read to JavaScript
 //   too, but the block stays: nothing is known to be wrong with it.
 #define _GNU_SOURCE
-#include "block_reads.h"
+#include "block_reads_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,29 +25,9 @@
 
 #include "crc32c.h"
 
-#define REGS 64        // blocks registered per open file at once (a window, not the whole file)
 #define AHEAD 2        // blocks loaded ahead of a sequential reader
-#define MAX_SPAN 4     // blocks one read may span (a 1 MiB read spans at most 2 of 1 MiB or more)
 #define ALIGN 4096     // O_DIRECT wants memory, offset and length aligned to the device's block
 #define TOUCHED_MAX 4096
-
-struct reg {
-  uint64_t block; // UINT64_MAX: unused
-  uint32_t crc;
-  char key[BR_KEY_LEN + 1];
-};
-
-struct br_file {
-  atomic_int refs;
-  uint64_t js_fh;
-  uint64_t size;
-  uint64_t block_size;
-  // Under eng.lock:
-  struct reg regs[REGS];
-  unsigned next_reg; // the ring's next place
-  uint64_t next_off; // where a sequential reader's next read starts
-  uint64_t ahead_upto; // blocks up to here were queued for loading ahead (+1; 0: none)
-};
 
 enum slot_state { EMPTY, LOADING, READY, FAILED };
 
@@ -63,22 +43,13 @@ struct slot {
   uint64_t used_ns;
 };
 
-struct job {
-  struct job *next;
-  fuse_req_t req; // NULL: load `ahead` into memory, nobody waits
-  void *userdata; // the request's, for hooks.done once the request is answered
-  uint64_t ino;
-  struct br_file *f;
-  uint64_t off;
-  size_t size;
-  struct reg ahead;
-  uint32_t ahead_len;
-  int preload; // a load ahead of any read (br_preload): takes only memory no unread block holds
-  uint64_t submitted_ns;
-};
+pthread_mutex_t br_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// A read parked on a block on its way to disk longer than this goes back to JavaScript (which waits on
+// the same download): a guard against a landing never said, not a timeout any read should meet.
+#define WAIT_MAX_NS (10ull * 1000000000u)
 
 static struct {
-  pthread_mutex_t lock;
   pthread_cond_t work;   // a job was queued
   pthread_cond_t loaded; // a slot left LOADING
   int started;
@@ -93,70 +64,15 @@ static struct {
   char (*touched)[BR_KEY_LEN + 1]; // keys of touched slots reused before br_maintain saw them
   unsigned ntouched;
   atomic_ullong stats[BR_NSTATS];
-} eng = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .loaded = PTHREAD_COND_INITIALIZER};
+} eng = {.work = PTHREAD_COND_INITIALIZER, .loaded = PTHREAD_COND_INITIALIZER};
 
-static uint64_t now_ns(void) {
+uint64_t br_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void count(enum br_stat s, uint64_t n) { atomic_fetch_add_explicit(&eng.stats[s], n, memory_order_relaxed); }
-
-// ------------------------------------------------------------------ files and registrations
-
-struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size) {
-  struct br_file *f = calloc(1, sizeof *f);
-  if (!f) return NULL;
-  atomic_init(&f->refs, 1);
-  f->js_fh = js_fh;
-  f->size = size;
-  f->block_size = block_size;
-  for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
-  return f;
-}
-
-void br_file_ref(struct br_file *f) { atomic_fetch_add(&f->refs, 1); }
-
-void br_file_unref(struct br_file *f) {
-  if (atomic_fetch_sub(&f->refs, 1) == 1) free(f);
-}
-
-uint64_t br_file_js_fh(const struct br_file *f) { return f->js_fh; }
-
-static struct reg *find_reg(struct br_file *f, uint64_t block) {
-  for (unsigned i = 0; i < REGS; i++)
-    if (f->regs[i].block == block) return &f->regs[i];
-  return NULL;
-}
-
-void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t crc) {
-  if (strlen(key) != BR_KEY_LEN) return;
-  pthread_mutex_lock(&eng.lock);
-  struct reg *r = find_reg(f, block);
-  if (!r) {
-    // The ring's oldest registration makes room: a reader that comes back to it goes through JavaScript.
-    r = &f->regs[f->next_reg];
-    f->next_reg = (f->next_reg + 1) % REGS;
-  }
-  r->block = block;
-  r->crc = crc;
-  memcpy(r->key, key, BR_KEY_LEN + 1);
-  pthread_mutex_unlock(&eng.lock);
-}
-
-void br_file_clear(struct br_file *f) {
-  pthread_mutex_lock(&eng.lock);
-  for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
-  f->ahead_upto = 0;
-  pthread_mutex_unlock(&eng.lock);
-}
-
-static uint32_t block_len(const struct br_file *f, uint64_t block) {
-  uint64_t start = block * f->block_size;
-  uint64_t left = f->size > start ? f->size - start : 0;
-  return (uint32_t)(left < f->block_size ? left : f->block_size);
-}
+void br_count(enum br_stat s, uint64_t n) { atomic_fetch_add_explicit(&eng.stats[s], n, memory_order_relaxed); }
 
 // ------------------------------------------------------------------ block memory
 
@@ -192,7 +108,7 @@ static void free_buf(char *buf) { munmap(buf, eng.buf_size); }
 // A slot to load a block into: an empty one with memory, else one never used, else the least recently
 // used block a read has used, else (not for a preload) the least recently loaded block nobody has read
 // yet; never one a reader holds. A block a read has used is in the kernel's page cache too, while one
-// loaded ahead is still to be read: it goes last. Under eng.lock.
+// loaded ahead is still to be read: it goes last. Under br_lock.
 static struct slot *victim(int preload) {
   struct slot *unused = NULL, *lru_served = NULL, *lru_unread = NULL;
   for (unsigned i = 0; i < eng.nslots; i++) {
@@ -208,7 +124,7 @@ static struct slot *victim(int preload) {
     }
   }
   if (unused && (unused->buf = alloc_buf(eng.buf_size))) {
-    count(BR_SLOTS, 1);
+    br_count(BR_SLOTS, 1);
     return unused;
   }
   if (lru_served) return lru_served;
@@ -291,41 +207,41 @@ static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
   close(fd);
   if (got < len) return BR_SHORT;
   if (crc32c(0, buf, len) != crc) return BR_CORRUPT;
-  count(BR_LOADS, 1);
-  count(BR_LOAD_BYTES, len);
+  br_count(BR_LOADS, 1);
+  br_count(BR_LOAD_BYTES, len);
   return BR_OK;
 }
 
 static void served(struct slot *s) {
   if (s->served) return;
   s->served = 1;
-  count(BR_HITS, 1);
-  count(BR_HIT_BYTES, s->len);
+  br_count(BR_HITS, 1);
+  br_count(BR_HIT_BYTES, s->len);
 }
 
 // The block in memory, checked, with a reference the caller releases; NULL and *reason otherwise.
 // `for_read`: a read will be answered from it (not a load ahead).
 static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int preload, int *reason) {
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   struct slot *s = find_slot(r->key);
   if (s) {
     s->refs++;
-    while (s->state == LOADING) pthread_cond_wait(&eng.loaded, &eng.lock);
+    while (s->state == LOADING) pthread_cond_wait(&eng.loaded, &br_lock);
     if (s->state == READY && s->len == len) {
-      s->used_ns = now_ns();
+      s->used_ns = br_now_ns();
       s->touched = 1;
       if (for_read) served(s);
-      pthread_mutex_unlock(&eng.lock);
+      pthread_mutex_unlock(&br_lock);
       return s;
     }
     *reason = s->state == FAILED ? s->reason : BR_SHORT;
     put_locked(s);
-    pthread_mutex_unlock(&eng.lock);
+    pthread_mutex_unlock(&br_lock);
     return NULL;
   }
   s = victim(preload);
   if (!s) {
-    pthread_mutex_unlock(&eng.lock);
+    pthread_mutex_unlock(&br_lock);
     *reason = BR_BUSY;
     return NULL;
   }
@@ -336,14 +252,14 @@ static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int
   s->touched = 0;
   s->served = 0;
   s->len = len;
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
 
   int res = load(s->buf, r->key, len, r->crc);
 
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   s->state = res == BR_OK ? READY : FAILED;
   s->reason = res;
-  s->used_ns = now_ns();
+  s->used_ns = br_now_ns();
   s->touched = res == BR_OK;
   if (res == BR_OK && for_read) served(s);
   pthread_cond_broadcast(&eng.loaded);
@@ -352,19 +268,19 @@ static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int
     s = NULL;
     *reason = res;
   }
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
   return s;
 }
 
 static void release(struct slot *s) {
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   put_locked(s);
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
 }
 
 // ------------------------------------------------------------------ workers
 
-static void enqueue(struct job *j) {
+void br_enqueue_locked(struct job *j) {
   j->next = NULL;
   if (eng.tail) eng.tail->next = j;
   else eng.head = j;
@@ -378,8 +294,8 @@ static void serve(struct job *j) {
   if (end > f->size) end = f->size;
   if (j->off >= end) {
     fuse_reply_buf(j->req, NULL, 0);
-    count(BR_READS, 1);
-    count(BR_READ_NS, now_ns() - j->submitted_ns);
+    br_count(BR_READS, 1);
+    br_count(BR_READ_NS, br_now_ns() - j->submitted_ns);
     return;
   }
   uint64_t first = j->off / f->block_size, last = (end - 1) / f->block_size;
@@ -390,18 +306,19 @@ static void serve(struct job *j) {
   const char *bad = NULL;
   uint64_t bad_block = 0;
   unsigned got = 0;
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   for (unsigned i = 0; i < n; i++) {
-    struct reg *r = find_reg(f, first + i);
-    if (!r) {
-      reason = BR_BUSY; // replaced in the ring since the read was queued
+    struct reg *r = br_find_reg(f, first + i);
+    if (!r || r->expected) {
+      // Replaced in the ring since the read was queued (by a block on its way to disk, maybe).
+      reason = r ? BR_NOT_LANDED : BR_BUSY;
       break;
     }
     regs[i] = *r;
   }
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
   for (unsigned i = 0; reason == BR_OK && i < n; i++) {
-    slots[i] = acquire(&regs[i], block_len(f, first + i), 1, 0, &reason);
+    slots[i] = acquire(&regs[i], br_block_len(f, first + i), 1, 0, &reason);
     if (slots[i]) got++;
     else if (reason != BR_BUSY && reason != BR_UNAVAILABLE) {
       bad = regs[i].key;
@@ -412,12 +329,12 @@ static void serve(struct job *j) {
     for (unsigned i = 0; i < got; i++) release(slots[i]);
     if (bad) {
       // This file's readers must not try the damaged block again: the next read of it goes to JavaScript.
-      pthread_mutex_lock(&eng.lock);
-      struct reg *r = find_reg(f, bad_block);
+      pthread_mutex_lock(&br_lock);
+      struct reg *r = br_find_reg(f, bad_block);
       if (r && strcmp(r->key, bad) == 0) r->block = UINT64_MAX;
-      pthread_mutex_unlock(&eng.lock);
+      pthread_mutex_unlock(&br_lock);
     }
-    count(BR_FALLBACKS, 1);
+    br_count(BR_FALLBACKS, 1);
     eng.hooks.fallback(j->req, j->ino, f->js_fh, j->off, j->size, reason, bad);
     return;
   }
@@ -430,22 +347,27 @@ static void serve(struct job *j) {
     iov[i].iov_len = to - from;
   }
   fuse_reply_iov(j->req, iov, (int)n);
-  count(BR_READS, 1);
-  count(BR_READ_BYTES, end - j->off);
-  count(BR_READ_NS, now_ns() - j->submitted_ns);
+  br_count(BR_READS, 1);
+  br_count(BR_READ_BYTES, end - j->off);
+  br_count(BR_READ_NS, br_now_ns() - j->submitted_ns);
   for (unsigned i = 0; i < n; i++) release(slots[i]);
 }
 
 static void *worker(void *arg) {
   (void)arg;
   for (;;) {
-    pthread_mutex_lock(&eng.lock);
-    while (!eng.head) pthread_cond_wait(&eng.work, &eng.lock);
+    pthread_mutex_lock(&br_lock);
+    while (!eng.head) pthread_cond_wait(&eng.work, &br_lock);
     struct job *j = eng.head;
     eng.head = j->next;
     if (!eng.head) eng.tail = NULL;
-    pthread_mutex_unlock(&eng.lock);
-    if (j->req) {
+    pthread_mutex_unlock(&br_lock);
+    if (j->give_back) {
+      br_count(BR_FALLBACKS, 1);
+      eng.hooks.fallback(j->req, j->ino, j->f->js_fh, j->off, j->size, j->give_back, NULL);
+      br_file_unref(j->f);
+      eng.hooks.done(j->userdata);
+    } else if (j->req) {
       serve(j);
       br_file_unref(j->f);
       eng.hooks.done(j->userdata);
@@ -460,9 +382,9 @@ static void *worker(void *arg) {
 }
 
 int br_start(const struct br_config *cfg, const struct br_hooks *hooks) {
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   if (eng.started) {
-    pthread_mutex_unlock(&eng.lock);
+    pthread_mutex_unlock(&br_lock);
     return 0;
   }
   int res = -1;
@@ -492,11 +414,13 @@ out:
     eng.slots = NULL;
     eng.touched = NULL;
   }
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
   return res;
 }
 
 int br_started(void) { return eng.started; }
+
+int br_may_wait(void *userdata) { return !eng.hooks.may_wait || eng.hooks.may_wait(userdata); }
 
 int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, size_t size) {
   if (!eng.started || f->block_size != eng.block_size) return 0;
@@ -508,10 +432,10 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   if (!j) return 0;
   struct job *ahead[AHEAD];
   unsigned nahead = 0;
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   for (uint64_t b = first; end > off && b <= last; b++) {
-    if (!find_reg(f, b)) {
-      pthread_mutex_unlock(&eng.lock);
+    if (!br_find_reg(f, b)) {
+      pthread_mutex_unlock(&br_lock);
       free(j);
       return 0;
     }
@@ -520,14 +444,14 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   if (off == f->next_off) {
     for (uint64_t b = last + 1; b <= last + AHEAD && b * f->block_size < f->size; b++) {
       if (b < f->ahead_upto) continue;
-      struct reg *r = find_reg(f, b);
-      if (!r) break;
+      struct reg *r = br_find_reg(f, b);
+      if (!r || r->expected) break;
       f->ahead_upto = b + 1;
       if (find_slot(r->key)) continue;
       struct job *a = calloc(1, sizeof *a);
       if (!a) break;
       a->ahead = *r;
-      a->ahead_len = block_len(f, b);
+      a->ahead_len = br_block_len(f, b);
       ahead[nahead++] = a;
     }
   }
@@ -539,10 +463,10 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   j->f = f;
   j->off = off;
   j->size = size;
-  j->submitted_ns = now_ns();
-  enqueue(j);
-  for (unsigned i = 0; i < nahead; i++) enqueue(ahead[i]);
-  pthread_mutex_unlock(&eng.lock);
+  j->submitted_ns = br_now_ns();
+  br_route_locked(j);
+  for (unsigned i = 0; i < nahead; i++) br_enqueue_locked(ahead[i]);
+  pthread_mutex_unlock(&br_lock);
   return 1;
 }
 
@@ -554,10 +478,10 @@ int br_preload(const char *key, uint32_t crc, uint32_t len) {
   j->ahead.crc = crc;
   j->ahead_len = len;
   j->preload = 1;
-  pthread_mutex_lock(&eng.lock);
+  pthread_mutex_lock(&br_lock);
   int queued = !find_slot(key);
-  if (queued) enqueue(j);
-  pthread_mutex_unlock(&eng.lock);
+  if (queued) br_enqueue_locked(j);
+  pthread_mutex_unlock(&br_lock);
   if (!queued) free(j);
   return queued;
 }
@@ -569,8 +493,9 @@ void br_stats(uint64_t out[BR_NSTATS]) {
 unsigned br_maintain(char (*out)[BR_KEY_LEN + 1], unsigned max, unsigned idle_secs) {
   if (!eng.started) return 0;
   unsigned n = 0;
-  uint64_t cutoff = now_ns() - (uint64_t)idle_secs * 1000000000u;
-  pthread_mutex_lock(&eng.lock);
+  uint64_t cutoff = br_now_ns() - (uint64_t)idle_secs * 1000000000u;
+  pthread_mutex_lock(&br_lock);
+  br_expire_waiting_locked(WAIT_MAX_NS);
   for (unsigned i = 0; i < eng.ntouched && n < max; i++) memcpy(out[n++], eng.touched[i], BR_KEY_LEN + 1);
   eng.ntouched = 0;
   for (unsigned i = 0; i < eng.nslots; i++) {
@@ -587,6 +512,6 @@ unsigned br_maintain(char (*out)[BR_KEY_LEN + 1], unsigned max, unsigned idle_se
       atomic_fetch_sub(&eng.stats[BR_SLOTS], 1);
     }
   }
-  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&br_lock);
   return n;
 }

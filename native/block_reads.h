@@ -18,12 +18,15 @@ enum br_reason {
   BR_BUSY = 4,    // no block memory free (every slot in use): nothing wrong with the block
   BR_UNAVAILABLE = 5, // the file could not be read just now (EMFILE, ENFILE, ENOMEM, EAGAIN, EACCES...):
                       // nothing known to be wrong with the block, which stays
+  BR_NOT_LANDED = 6,  // a block it waited for did not reach the disk (or took too long, or the session
+                      // ended): JavaScript answers it, from the download or GCS
 };
 
 // BR_LOADS: block files read and checked; BR_HITS: of those, blocks a read was answered from (a block
 // loaded ahead that no read used is not a cache hit).
 // BR_READ_NS: nanoseconds from a read's submission to its answer, summed over the reads answered.
-enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_READ_NS, BR_NSTATS };
+// BR_WAITED: reads that waited for a block on its way to disk (br_file_expect).
+enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_READ_NS, BR_WAITED, BR_NSTATS };
 
 struct br_config {
   const char *dir;   // the block folder (blocks-v2): files are dir/<key[0:2]>/<key>
@@ -38,6 +41,7 @@ struct br_config {
 struct br_hooks {
   void (*fallback)(fuse_req_t req, uint64_t ino, uint64_t js_fh, uint64_t off, size_t size, int reason, const char *key);
   void (*done)(void *req_userdata); // the request's fuse_req_userdata, taken before it was answered
+  int (*may_wait)(void *req_userdata); // whether a read may wait for a block (its session goes on)
 };
 
 // Starts the workers, once per process; 0 on success (or if already started), -1 otherwise.
@@ -55,6 +59,16 @@ uint64_t br_file_js_fh(const struct br_file *f);
 void br_file_clear(struct br_file *f);
 // Registers block `block` of the file as the block file `key` with CRC32C `crc`.
 void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t crc);
+// Registers block `block` of the file as the block file `key`, still on its way to disk: a read of it
+// waits (holding no worker) until br_landed says it is there. The caller must call br_landed(key)
+// once for every key it expects. 0 when out of memory (nothing registered).
+int br_file_expect(struct br_file *f, uint64_t block, const char *key);
+// Block file `key` is on disk with CRC32C `crc` and `len` bytes (len 0: it will not be): the files
+// expecting it get it registered (when its length is the block's), and the reads waiting on it go on
+// (or, when it did not land, back to JavaScript).
+void br_landed(const char *key, uint32_t crc, uint32_t len);
+// Gives back every read of the mount `userdata` names that waits for a block (its session is ending).
+void br_release_waiting(void *userdata);
 
 // Queues a read of the file for a worker when every block it spans is registered: 1, and the request is
 // the worker's (hooks.done follows); 0 otherwise, and the request is still the caller's.

@@ -30,6 +30,16 @@ static void native_fallback(fuse_req_t req, uint64_t ino, uint64_t js_fh, uint64
 
 static void native_done(void *req_userdata) { native_end(req_userdata); }
 
+// A read may wait for a block on its way to disk while the mount's session goes on; the end of the
+// receive loop gives back the waiting ones (br_release_waiting) after it says the session is ending.
+static int native_may_wait(void *req_userdata) {
+  struct mount *m = req_userdata;
+  pthread_mutex_lock(&m->native_lock);
+  int ok = !m->exiting;
+  pthread_mutex_unlock(&m->native_lock);
+  return ok;
+}
+
 // A native file handle as JavaScript holds it, tagged so that no other external passes for one.
 static const napi_type_tag FILE_TAG = {0x6763736d6f756e74ULL, 0x62725f66696c6531ULL};
 
@@ -78,6 +88,40 @@ static napi_value drop_blocks(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// A block key argument: 32 hex digits into `key` (BR_KEY_LEN + 2 bytes), or a TypeError thrown and 0.
+static int key_arg(napi_env env, napi_value v, char *key) {
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, v, key, BR_KEY_LEN + 2, &len) != napi_ok || len != BR_KEY_LEN) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
+    return 0;
+  }
+  return 1;
+}
+
+// expectBlock(file, block, key): block `block` of the file is block file `key`, on its way to disk; a
+// read of it waits for blockLanded(key). True when registered (then blockLanded(key) must follow).
+static napi_value expect_block(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  struct br_file *f = file_arg(env, argv[0]);
+  char key[BR_KEY_LEN + 2];
+  if (!f || !key_arg(env, argv[2], key)) return NULL;
+  napi_value out;
+  napi_get_boolean(env, br_file_expect(f, (uint64_t)num(env, argv[1]), key), &out);
+  return out;
+}
+
+// blockLanded(key, crc, length): block file `key` is on disk with that CRC32C and length (length 0:
+// it will not be); the reads waiting for it go on.
+static napi_value block_landed(napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
+  char key[BR_KEY_LEN + 2];
+  if (!key_arg(env, argv[0], key)) return NULL;
+  br_landed(key, (uint32_t)num(env, argv[1]), (uint32_t)num(env, argv[2]));
+  return NULL;
+}
+
 // addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
 static napi_value add_blocks(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -90,13 +134,9 @@ static napi_value add_blocks(napi_env env, napi_callback_info info) {
   for (uint32_t i = 0; i < n; i++) {
     napi_value k, c;
     char key[BR_KEY_LEN + 2];
-    size_t len = 0;
     napi_get_element(env, argv[2], i, &k);
     napi_get_element(env, argv[3], i, &c);
-    if (napi_get_value_string_utf8(env, k, key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
-      napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
-      return NULL;
-    }
+    if (!key_arg(env, k, key)) return NULL;
     br_file_add(f, (uint64_t)first + i, key, (uint32_t)num(env, c));
   }
   return NULL;
@@ -108,11 +148,7 @@ static napi_value preload_block(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   args_of(env, info, 3, argv);
   char key[BR_KEY_LEN + 2];
-  size_t len = 0;
-  if (napi_get_value_string_utf8(env, argv[0], key, sizeof key, &len) != napi_ok || len != BR_KEY_LEN) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: a block key is 32 hex digits");
-    return NULL;
-  }
+  if (!key_arg(env, argv[0], key)) return NULL;
   napi_value out;
   napi_get_boolean(env, br_preload(key, (uint32_t)num(env, argv[1]), (uint32_t)num(env, argv[2])), &out);
   return out;
@@ -165,13 +201,13 @@ static napi_value start_native_reads(napi_env env, napi_callback_info info) {
       .workers = (unsigned)opt_num(env, argv[0], "workers", 0),
       .direct = direct,
   };
-  struct br_hooks hooks = {.fallback = native_fallback, .done = native_done};
+  struct br_hooks hooks = {.fallback = native_fallback, .done = native_done, .may_wait = native_may_wait};
   napi_value out;
   napi_get_boolean(env, br_start(&cfg, &hooks) == 0, &out);
   return out;
 }
 
-// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs]
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs, waited]
 static napi_value native_stats(napi_env env, napi_callback_info info) {
   (void)info;
   uint64_t s[BR_NSTATS];
@@ -208,6 +244,8 @@ static napi_value native_maintain(napi_env env, napi_callback_info info) {
 int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("nativeFile", native_file);
   EXPORT("addBlocks", add_blocks);
+  EXPORT("expectBlock", expect_block);
+  EXPORT("blockLanded", block_landed);
   EXPORT("dropBlocks", drop_blocks);
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);

@@ -135,6 +135,11 @@ static void *receive_loop(void *arg) {
   fuse_session_loop(m->se);
   pthread_mutex_lock(&m->native_lock);
   m->exiting = 1;
+  pthread_mutex_unlock(&m->native_lock);
+  // Reads waiting for a block on its way to disk go back to JavaScript now (no read parks from here
+  // on): else the end of the session would wait on a download.
+  br_release_waiting(m);
+  pthread_mutex_lock(&m->native_lock);
   while (m->native_jobs > 0) pthread_cond_wait(&m->native_idle, &m->native_lock);
   pthread_mutex_unlock(&m->native_lock);
   forward(m, OP_EXITED, NULL, 0, 0, 0, 0, NULL);

@@ -5,6 +5,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
 import type { BlockRow } from './block-index.js';
+import { blockFileKey } from './block-key.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 import { RecentBlocks } from './recent-blocks.js';
@@ -84,6 +85,8 @@ export class BlockSource {
   private readonly ranges = new Map<string, Pending>();
   /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
   private readonly writing = new Map<string, BlockData>();
+  /** Blocks someone waits to see on disk (coming()), by block id: settled with the row, or null. */
+  private readonly landings = new Map<string, { promise: Promise<BlockRow | null>; settle: (row: BlockRow | null) => void }>();
   private readonly recent: RecentBlocks;
 
   constructor(private readonly deps: BlockSourceDeps) {
@@ -173,6 +176,46 @@ export class BlockSource {
   }
 
   /**
+   * Block `index` when it is on its way to the disk cache (downloading, or being written): its block
+   * file's key, and a promise of its index row once it is there (null if it does not get there: a failed
+   * download, no room, no disk write). Null when it is not on its way (on disk already, or not asked for).
+   */
+  coming(meta: ObjectMeta, index: number): { key: string; landed: Promise<BlockRow | null> } | null {
+    if (!this.deps.disk) return null;
+    const id = blockId(meta, index);
+    const loading = this.writing.has(id) ? null : (this.blocks.get(id) ?? (this.fetchedWhole(meta) ? this.wholes.get(fileId(meta)) : undefined));
+    if (!loading && !this.writing.has(id)) return null;
+    const key = this.diskKey(meta, index);
+    let landing = this.landings.get(id);
+    if (!landing) {
+      let settle!: (row: BlockRow | null) => void;
+      const promise = new Promise<BlockRow | null>((resolve) => (settle = resolve));
+      landing = { promise, settle };
+      this.landings.set(id, landing);
+      // A load that ends without a disk write (failed, skipped, or a block found in memory) lands nothing;
+      // one that starts a write has it in `writing` by then, and that write settles the landing.
+      const ended = (): void => {
+        if (!this.writing.has(id)) this.land(id, key);
+      };
+      loading?.promise.then(ended, ended);
+    }
+    return { key: blockFileKey(key), landed: landing.promise };
+  }
+
+  /** Settles the landing of block `id`, if anybody waits for it, with its row as the index has it now. */
+  private land(id: string, key: BlockKey): void {
+    const landing = this.landings.get(id);
+    if (!landing) return;
+    this.landings.delete(id);
+    landing.settle(this.deps.disk?.lookup(key) ?? null);
+  }
+
+  /** Whether the object's blocks are fetched in one download (see wholeObjectThreshold). */
+  private fetchedWhole(meta: ObjectMeta): boolean {
+    return meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold;
+  }
+
+  /**
    * The index rows of blocks `first`, `first` + 1, ... that are on disk with the length they must have,
    * up to `max` of them: the run stops at the first block that is not (the native read path registers
    * these; a block of the wrong length is left to a JavaScript read, which drops it).
@@ -243,7 +286,7 @@ export class BlockSource {
       }
       metrics.inc('block_cache_misses');
     }
-    if (meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold) {
+    if (this.fetchedWhole(meta)) {
       const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, memory, p));
       // The whole object's ticket is this block's too: a reader waiting on it can promote it.
       const shared = this.wholes.get(fileId(meta));
@@ -316,8 +359,9 @@ export class BlockSource {
     this.writing.set(id, ref);
     const disk = this.deps.disk;
     // Nobody awaits this chain: a failure in it is logged here, never left to end the process.
-    void disk.write(key, ref.bytes, ref.directCapacity, crc32c).finally(() => {
+    void disk.write(key, ref.bytes, ref.directCapacity, crc32c, () => this.land(id, key)).finally(() => {
       this.writing.delete(id);
+      this.land(id, key);
       ref.release();
       if (prefetch?.priority !== 'background' || !this.preloadAhead) return;
       const row = disk.lookup(key);

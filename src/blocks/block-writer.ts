@@ -69,16 +69,17 @@ export class BlockWriter {
    * Stores a block: temporary file, rename, then the index row, so a crash at any point leaves at worst a
    * file without a row (removed by reconciliation) and never a row that names a half-written file.
    * `data` must stay unchanged until the returned promise settles. `knownCrc32c`: the bytes' CRC32C when
-   * the caller has just checked it, so they are not hashed again.
+   * the caller has just checked it, so they are not hashed again. `onStored`: called once the file is in
+   * place and its row visible (before the row's batch commits), when this call writes it.
    */
-  write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
+  write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null, onStored?: () => void): Promise<void> {
     const key = blockFileKey(k);
     // One write per block at a time (the bytes of a key never differ): a second would reserve the
     // block's bytes again, and the budget would count it twice, evicting early, until a restart.
     const inFlight = this.writesInFlight.get(key);
     if (inFlight) return inFlight;
     // Never rejects: a cache that cannot store a block only means the next read goes to GCS.
-    const p = this.writeNow(k, key, data, directCapacity, knownCrc32c).catch((err: Error) => {
+    const p = this.writeNow(k, key, data, directCapacity, knownCrc32c, onStored).catch((err: Error) => {
       this.deps.metrics.inc('block_cache_write_errors');
       this.deps.log.warn({ dir: this.cfg.dir, err: err.message }, 'block cache write failed');
     });
@@ -92,7 +93,7 @@ export class BlockWriter {
     while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
   }
 
-  private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null): Promise<void> {
+  private async writeNow(k: BlockKey, key: string, data: Buffer, directCapacity: number, knownCrc32c: number | null, onStored?: () => void): Promise<void> {
     const { index, space, metrics } = this.deps;
     if (this.deps.closed() || data.length > space.limitBytes) return;
     const admitted = this.health.admit();
@@ -146,7 +147,9 @@ export class BlockWriter {
       renamed = true;
       if (this.deps.closed()) throw new Error('closed');
       // A close while this waits commits the row (close() writes what is pending) and resolves it.
-      await index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
+      const committed = index.putSoon({ key, ...k, size: data.length, crc32c: knownCrc32c ?? crc32c(data), lastAccess: Date.now() });
+      onStored?.();
+      await committed;
       this.health.succeeded();
     } catch (err) {
       if (reserved) space.unreserve(data.length, written);

@@ -299,8 +299,8 @@ export class DiskCache {
   }
 
   /** Stores a block (BlockWriter.write); never rejects. */
-  write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null): Promise<void> {
-    return this.writer.write(k, data, directCapacity, knownCrc32c);
+  write(k: BlockKey, data: Buffer, directCapacity = 0, knownCrc32c: number | null = null, onStored?: () => void): Promise<void> {
+    return this.writer.write(k, data, directCapacity, knownCrc32c, onStored);
   }
 
   /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */

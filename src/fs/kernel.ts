@@ -52,9 +52,11 @@ export const OP = {
  * Why the native path gave a read back (the `reason` of an OP.READ); keep in step with enum br_reason in
  * native/block_reads.h. 0: a plain read. MISSING, SHORT and CORRUPT name a damaged block file (`name` is
  * its key); BUSY says nothing about the block (no block memory was free, or its registration was gone),
- * nor does UNAVAILABLE (its file could not be read just now: no descriptor or memory to spare).
+ * nor does UNAVAILABLE (its file could not be read just now: no descriptor or memory to spare), nor
+ * NOT_LANDED (a block it waited for did not reach the disk, or the wait ended: a download failed, the
+ * cache had no room, the session ended).
  */
-export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4, UNAVAILABLE: 5 } as const;
+export const FALLBACK = { NONE: 0, MISSING: 1, SHORT: 2, CORRUPT: 3, BUSY: 4, UNAVAILABLE: 5, NOT_LANDED: 6 } as const;
 
 /** Flags for replyOpen and replyCreate. FLUSH: the kernel sends FLUSH at each close(2) (files open for writing). */
 export const OPEN_FLAGS = { KEEP_CACHE: 1, CACHE_READDIR: 2, DIRECT_IO: 4, FLUSH: 8 } as const;
@@ -166,8 +168,19 @@ export interface FuseAddon {
    */
   readNative(req: FuseRequest, ino: number, file: NativeFile, pos: number, size: number): boolean;
   /**
+   * Block `block` of the file is block file `key`, still on its way to disk: a read of it waits in the
+   * addon (holding no thread) until blockLanded(key). True when registered: blockLanded(key) must follow.
+   */
+  expectBlock(file: NativeFile, block: number, key: string): boolean;
+  /**
+   * Block file `key` is on disk with this CRC32C and length (length 0: it will not be): the reads waiting
+   * for it are answered natively (or, when it did not land, given back with FALLBACK.NOT_LANDED).
+   */
+  blockLanded(key: string, crc: number, length: number): void;
+  /**
    * Since the process started: [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory,
-   * blockHits, blockHitBytes] (hits: loaded blocks a read was answered from).
+   * blockHits, blockHitBytes, readNs, waited] (hits: loaded blocks a read was answered from; waited: reads
+   * that waited for a block on its way to disk).
    */
   nativeStats(): number[];
   /**

@@ -1,4 +1,5 @@
 import { availableParallelism } from 'node:os';
+import type { BlockRow } from '../blocks/block-index.js';
 import type { BlockSource } from '../blocks/block-source.js';
 import type { DiskCache } from '../blocks/disk-cache.js';
 import type { ObjectMeta } from '../gcs/object-client.js';
@@ -31,6 +32,9 @@ const DAMAGE: Record<number, { counter: 'block_cache_missing' | 'block_cache_sho
  * back for a damaged block is dropped here, and the read goes the JavaScript way (GCS).
  */
 export class NativeReads {
+  /** Keys of blocks on their way to disk registered with the addon, each told once when it lands. */
+  private readonly landing = new Set<string>();
+
   private constructor(
     private readonly fuse: FuseAddon,
     private readonly blocks: BlockSource,
@@ -59,6 +63,7 @@ export class NativeReads {
     metrics.addCounterSource('native_read_ms', () => Math.round(fuse.nativeStats()[8]! / 1e6));
     metrics.addCounterSource('fuse_read_bytes', stat(1));
     metrics.addCounterSource('native_fallbacks', stat(2));
+    metrics.addCounterSource('native_reads_waited', stat(9));
     metrics.addCounterSource('native_block_loads', stat(3));
     metrics.addCounterSource('block_cache_hits', stat(6));
     metrics.addCounterSource('block_cache_hit_bytes', stat(7));
@@ -72,7 +77,11 @@ export class NativeReads {
     return new NativeReads(fuse, blocks, disk, metrics);
   }
 
-  /** Registers the blocks from `first` on that are on disk (a window of them); returns how many. */
+  /**
+   * Registers the blocks from `first` on that are on disk (a window of them), then those after them that
+   * are on their way to disk (a read of one waits in the addon until it lands: a prefetched chunk file
+   * is often opened while it downloads); returns how many.
+   */
   register(file: NativeFile, meta: ObjectMeta, first: number): number {
     const rows = this.blocks.diskRows(meta, first, WINDOW_BLOCKS);
     if (rows.length > 0)
@@ -82,7 +91,24 @@ export class NativeReads {
         rows.map((r) => r.key),
         rows.map((r) => r.crc32c),
       );
-    return rows.length;
+    let n = rows.length;
+    for (let i = first + n; n < WINDOW_BLOCKS && i * this.blocks.blockSize < meta.size; i++, n++) {
+      const coming = this.blocks.coming(meta, i);
+      if (!coming || !this.fuse.expectBlock(file, i, coming.key)) break;
+      this.tellLanding(coming.key, coming.landed);
+    }
+    return n;
+  }
+
+  /** Tells the addon once when block file `key` lands (or does not): every expectBlock needs it. */
+  private tellLanding(key: string, landed: Promise<BlockRow | null>): void {
+    if (this.landing.has(key)) return;
+    this.landing.add(key);
+    const tell = (row: BlockRow | null): void => {
+      this.landing.delete(key);
+      this.fuse.blockLanded(key, row?.crc32c ?? 0, row?.size ?? 0);
+    };
+    landed.then(tell, () => tell(null));
   }
 
   /**

@@ -1,0 +1,62 @@
+// What block_reads.c (block memory, workers) and block_regs.c (open files, their registered blocks and
+// the blocks on their way to disk) share. Everything marked "under br_lock" is guarded by that one lock.
+#pragma once
+#include "block_reads.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define REGS 64     // blocks registered per open file at once (a window, not the whole file)
+#define MAX_SPAN 4  // blocks one read may span (a 1 MiB read spans at most 2 of 1 MiB or more)
+
+extern pthread_mutex_t br_lock;
+
+struct reg {
+  uint64_t block; // UINT64_MAX: unused
+  uint32_t crc;   // meaningless while `expected`
+  int expected;   // on its way to disk: reads of it wait for br_landed (block_regs.c)
+  char key[BR_KEY_LEN + 1];
+};
+
+struct br_file {
+  atomic_int refs;
+  uint64_t js_fh;
+  uint64_t size;
+  uint64_t block_size;
+  // Under br_lock:
+  struct reg regs[REGS];
+  unsigned next_reg; // the ring's next place
+  uint64_t next_off; // where a sequential reader's next read starts
+  uint64_t ahead_upto; // blocks up to here were queued for loading ahead (+1; 0: none)
+};
+
+struct job {
+  struct job *next;
+  fuse_req_t req; // NULL: load `ahead` into memory, nobody waits
+  void *userdata; // the request's, for hooks.done once the request is answered
+  uint64_t ino;
+  struct br_file *f;
+  uint64_t off;
+  size_t size;
+  struct reg ahead;
+  uint32_t ahead_len;
+  int preload; // a load ahead of any read (br_preload): takes only memory no unread block holds
+  int give_back; // a br_reason: the worker hands the read to JavaScript (never done on the JS thread)
+  uint64_t submitted_ns;
+  uint64_t parked_ns; // when it began waiting for a block on its way to disk
+};
+
+uint64_t br_now_ns(void);
+void br_count(enum br_stat s, uint64_t n);
+// Queues a job for the workers. Under br_lock.
+void br_enqueue_locked(struct job *j);
+// Whether a read of the mount `userdata` names may wait for a block (not once its session ends).
+int br_may_wait(void *userdata);
+
+struct reg *br_find_reg(struct br_file *f, uint64_t block);
+uint32_t br_block_len(const struct br_file *f, uint64_t block);
+// Sends job `j` (a read of registered blocks) on: to the workers when none of its blocks is on its way,
+// else parked on the first that is (or, where it may not wait, given back). Under br_lock.
+void br_route_locked(struct job *j);
+// Gives back the reads parked longer than `max_ns`. Under br_lock.
+void br_expire_waiting_locked(uint64_t max_ns);
