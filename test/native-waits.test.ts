@@ -76,7 +76,7 @@ describe('reads of blocks on their way to disk', () => {
     try {
       // The prefetch the next opens start is refused, after long enough that the reader opens a file
       // while its download is still in flight.
-      tb.emulator.setKnobs({ latencyMs: 1500, failMedia: { status: 403 } });
+      tb.emulator.setKnobs({ latencyMs: 3000, failMedia: { status: 403 } });
       tb.emulator.resetStats();
       const t0 = performance.now();
       const failed = await hashesInOrder([0, 1, 2].map((i) => join(m.path, name(i))));
