@@ -90,7 +90,9 @@ describe('reads of blocks on their way to disk', () => {
       expect(s.counters.native_fallbacks).toBeGreaterThan(0);
       // Once GCS answers again, the same file reads right.
       tb.emulator.setKnobs({ latencyMs: 0, failMedia: null });
+      const refused = mediaOf(name(2)).length;
       expect((await hashesInOrder([join(m.path, name(2))])).hashes).toEqual([sha256(data[2]!)]);
+      expect(mediaOf(name(2)).length - refused).toBe(1);
     } finally {
       await unmount(m.path);
     }

@@ -207,7 +207,6 @@ export class BlockIndex {
     this.recent.set(key, row);
   }
 
-
   /**
    * Adds a row now (get and has see it at once) and commits it within a few milliseconds in one
    * transaction with the rows that arrive meanwhile; resolves once it is committed, rejects with the
@@ -288,7 +287,8 @@ export class BlockIndex {
     })();
     this.afterWrite();
     for (const k of keys) {
-      this.recent.set(k, null);
+      // Through remember(), so an eviction of many rows cannot grow the memory past its bound.
+      this.remember(k, null);
       this.pendingAccess.delete(k);
       const pending = this.pendingPuts.get(k);
       if (pending) {
