@@ -7,7 +7,7 @@ import { runTorture } from './torture.js';
 import { mountDifferentialCase, type MountCaseOptions } from './write-mount.js';
 
 /**
- * `npm run torture -- --seconds N [--readers N] [--seed N]`: the namespace's random schedules, then the
+ * `npm run torture -- --seconds N [--readers N] [--sweepers N] [--seed N]`: the namespace's random schedules, then the
  * read torture through real mounts, then the write differential through real mounts (plain, under
  * faults, across a SIGKILL), each for about N seconds (`--schedules-only`, `--writes-only` run one
  * alone). Prints the reports; exits 1 on any mismatch or violation.
@@ -29,9 +29,9 @@ async function main(): Promise<number> {
   if (args.includes('--writes-only')) return writeDifferentials(seconds, seed);
   const schedules = await namespaceSchedules(seconds, seed);
   if (args.includes('--schedules-only')) return schedules;
-  const report = await runTorture({ seconds, readers: num('--readers', 6), objects: num('--objects', 16), seed, log: (l) => process.stderr.write(`${l}\n`) });
+  const report = await runTorture({ seconds, readers: num('--readers', 6), sweepers: num('--sweepers', 2), objects: num('--objects', 16), seed, log: (l) => process.stderr.write(`${l}\n`) });
   process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements\n`);
+  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements; native reads ${report.native.reads} (${report.native.waited} waited for their block, ${report.native.fallbacks} given back)\n`);
   const writes = await writeDifferentials(seconds, seed);
   return report.mismatches === 0 && schedules === 0 && writes === 0 ? 0 : 1;
 }

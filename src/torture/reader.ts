@@ -1,15 +1,19 @@
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
  * One reader of the torture test, run as its own process (it reads the mount synchronously, which only a
- * process other than the daemon's host may do). Reads random ranges of random objects until the
- * deadline and prints one JSON line per read: what it asked for, how many bytes came back, their SHA-256
- * (or the error, and when the read began and ended).
- * argv: MOUNT DEADLINE_EPOCH_MS SEED MAX_SIZE NAME...
+ * process other than the daemon's host may do), until the deadline. It prints one JSON line per read:
+ * what it asked for, how many bytes came back, their SHA-256 (or the error, and when the read began and
+ * ended).
+ * - `random`: random ranges of random objects among NAMEs.
+ * - `sweep`: the files of the folder NAME whole, in name order, from a random one on, as a Zarr loader or
+ *   `ls | xargs cat` reads chunk files: the mount's folder prefetch runs ahead of it, so its opens find
+ *   blocks still downloading (the reads that wait in the addon for their block to land).
+ * argv: MOUNT DEADLINE_EPOCH_MS SEED MAX_SIZE random|sweep NAME...
  */
-const [mount, deadlineText, seedText, maxSizeText, ...names] = process.argv.slice(2);
+const [mount, deadlineText, seedText, maxSizeText, mode, ...names] = process.argv.slice(2);
 const deadline = Number(deadlineText);
 const maxSize = Number(maxSizeText);
 let state = Number(seedText) >>> 0 || 1;
@@ -24,11 +28,9 @@ function rand(): number {
 const MAX_READ = 16 * 1024 * 1024;
 const CHUNK = 64 * 1024;
 const buf = Buffer.allocUnsafe(MAX_READ);
-while (Date.now() < deadline) {
-  const name = names[Math.floor(rand() * names.length)]!;
-  // Lengths from 1 B to 16 MiB, spread evenly on a log scale so both tiny and huge reads happen often.
-  const length = Math.max(1, Math.floor(2 ** (rand() * 24)));
-  const offset = rand() < 0.2 ? 0 : Math.floor(rand() * maxSize);
+
+/** Reads [offset, offset + length) of `name` (or to its end) and prints the line for it. */
+function readOne(name: string, offset: number, length: number): void {
   let fd = -1;
   // When the read began and ended: the test judges an error by when it happened, not by when its line
   // reached a busy parent (seen 13 s late).
@@ -58,5 +60,30 @@ while (Date.now() < deadline) {
         // A mount cut under the reader: the close fails too.
       }
     }
+  }
+}
+
+/** The folder's files in name order (as `ls` lists them), or [] while the mount is being restarted. */
+function listFolder(dir: string): string[] {
+  try {
+    return readdirSync(join(mount!, dir)).sort().map((f) => `${dir}/${f}`);
+  } catch {
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    return [];
+  }
+}
+
+if (mode === 'sweep') {
+  while (Date.now() < deadline) {
+    const files = listFolder(names[0]!);
+    for (let i = Math.floor(rand() * files.length); i < files.length && Date.now() < deadline; i++) readOne(files[i]!, 0, MAX_READ);
+  }
+} else {
+  while (Date.now() < deadline) {
+    const name = names[Math.floor(rand() * names.length)]!;
+    // Lengths from 1 B to 16 MiB, spread evenly on a log scale so both tiny and huge reads happen often.
+    const length = Math.max(1, Math.floor(2 ** (rand() * 24)));
+    const offset = rand() < 0.2 ? 0 : Math.floor(rand() * maxSize);
+    readOne(name, offset, length);
   }
 }

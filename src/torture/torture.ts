@@ -16,6 +16,9 @@ export interface TortureOptions {
   seconds: number;
   readers: number;
   objects: number;
+  /** Readers of a folder of small chunk files, whole and in name order (default 2), and its files (default 24). */
+  sweepers?: number;
+  chunkFiles?: number;
   seed: number;
   log?: (line: string) => void;
 }
@@ -47,6 +50,12 @@ export interface TortureReport {
   restarts: number;
   latencySpikes: number;
   pageCacheDrops: number;
+  /**
+   * The daemons' native read path, summed over each daemon's life (read by `gcsmount stats` before each
+   * SIGKILL and at the end): reads answered by the addon, those that waited there for a block on its way
+   * to disk, and those it gave back to JavaScript.
+   */
+  native: { reads: number; waited: number; fallbacks: number };
   mismatchSamples: string[];
   /** Where the daemons' log was kept when a read was wrong or failed unexplained (else null: removed). */
   keptLog: string | null;
@@ -128,6 +137,19 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     history.set(name, [content]);
     names.push(name);
   }
+  // A folder of chunk files, 1 B to 1.5 MiB, which the sweepers read whole in order while the folder's
+  // prefetch fetches ahead of them: their opens find blocks still downloading, and replacements and
+  // eviction meet those waiting reads too.
+  const chunkSizes = [1, 64 * 1024, 200_000, MIB - 1, MIB, MIB + 1, 1.5 * MIB];
+  const chunkNames: string[] = [];
+  await fsp.mkdir(join(root, bucket, 'chunks'));
+  for (let i = 0; i < (opts.chunkFiles ?? 24); i++) {
+    const name = `chunks/c-${String(i).padStart(3, '0')}`;
+    const content = randomBytes(chunkSizes[i % chunkSizes.length]!);
+    await fsp.writeFile(join(root, bucket, name), content);
+    history.set(name, [content]);
+    chunkNames.push(name);
+  }
   const maxSize = Math.max(...sizes) + MIB;
 
   const emulator: Emulator = await startEmulator({
@@ -135,7 +157,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     port: 0,
     knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
   });
-  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, mismatchSamples: [], keptLog: null };
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, native: { reads: 0, waited: 0, fallbacks: 0 }, mismatchSamples: [], keptLog: null };
 
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
@@ -167,6 +189,25 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       if (daemon.exitCode !== null || Date.now() > deadline) throw new Error(`the daemon did not mount (see ${logFile})`);
       await new Promise((r) => setTimeout(r, 50));
     }
+  };
+
+  /** Adds the live daemon's native read counters to the report (a daemon that does not answer adds nothing). */
+  const countNativeReads = async () => {
+    const out = await new Promise<string>((resolve) => {
+      const p = spawn(GCSMOUNT, ['stats', mnt, '--json'], { stdio: ['ignore', 'pipe', 'ignore'] });
+      let text = '';
+      p.stdout!.on('data', (b: Buffer) => (text += b.toString()));
+      const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
+      p.on('close', (code) => {
+        clearTimeout(timer);
+        resolve(code === 0 ? text : '');
+      });
+    });
+    if (!out) return;
+    const counters = (JSON.parse(out) as { counters: Record<string, number> }).counters;
+    report.native.reads += counters.native_reads ?? 0;
+    report.native.waited += counters.native_reads_waited ?? 0;
+    report.native.fallbacks += counters.native_fallbacks ?? 0;
   };
 
   const replacedAt = new Map<string, number>();
@@ -209,8 +250,10 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   try {
     await startDaemon();
     const deadline = Date.now() + opts.seconds * 1000;
-    const readers = Array.from({ length: opts.readers }, (_, i) => {
-      const child = spawn(process.execPath, [READER, mnt, String(deadline), String(opts.seed * 1000 + i + 1), String(maxSize), ...names], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const sweepers = opts.sweepers ?? 2;
+    const readers = Array.from({ length: opts.readers + sweepers }, (_, i) => {
+      const what = i < opts.readers ? ['random', ...names] : ['sweep', 'chunks'];
+      const child = spawn(process.execPath, [READER, mnt, String(deadline), String(opts.seed * 1000 + i + 1), String(maxSize), ...what], { stdio: ['ignore', 'pipe', 'inherit'] });
       const lines = createInterface({ input: child.stdout! });
       lines.on('line', (l) => check(JSON.parse(l) as ReadLine));
       return new Promise<void>((resolve, reject) =>
@@ -223,10 +266,13 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       await new Promise((r) => setTimeout(r, 500));
       tick++;
       if (tick % 4 === 0) {
-        // A new generation: remembered before it exists, so no reader can see it first.
-        const name = names[tick % names.length]!;
+        // A new generation: remembered before it exists, so no reader can see it first. Every other
+        // one is of a chunk file, which a sweeper may be waiting on.
+        const chunk = tick % 8 === 4 && chunkNames.length > 0;
+        const name = chunk ? chunkNames[Math.floor(tick / 8) % chunkNames.length]! : names[tick % names.length]!;
         const versions = history.get(name)!;
-        const content = randomBytes(sizes[(tick + versions.length) % sizes.length]!);
+        const pick = chunk ? chunkSizes : sizes;
+        const content = randomBytes(pick[(tick + versions.length) % pick.length]!);
         versions.push(content);
         if (versions.length > KEEP_GENERATIONS) versions.shift();
         replacedAt.set(name, Date.now());
@@ -249,6 +295,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       }
       if (tick % 20 === 10 && Date.now() < deadline - 5_000) {
         log(`SIGKILL of the daemon (restart ${report.restarts + 1})`);
+        await countNativeReads();
         const restart = { killed: Date.now(), mounted: Number.POSITIVE_INFINITY };
         restarts.push(restart);
         const killed = daemon as ChildProcess | null;
@@ -263,6 +310,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       }
     }
     await Promise.all(readers);
+    await countNativeReads();
   } finally {
     report.faultsInjected = { ...emulator.stats().injected };
     const d = daemon as ChildProcess | null;
