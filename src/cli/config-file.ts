@@ -3,7 +3,7 @@
 // is not silently left at its default.
 
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { createRequire } from 'node:module';
 import { parseParamValue } from './param-value.js';
 import { PARAM_BY_CONFIG_KEY, type Param } from './params.js';
 import { suggest } from './suggest.js';
@@ -58,7 +58,9 @@ export function readConfigFile(file: string): Map<string, unknown> {
   try {
     // The failsafe schema keeps every scalar as its text, so '0644' stays octal text, '1h' stays a
     // duration, and all conversions go through the same parsers as command-line values.
-    doc = parseYaml(text, { schema: 'failsafe' });
+    // yaml (72 modules) loads only for a mount with a config file; parsing flags is synchronous, so require().
+    const { parse } = createRequire(import.meta.url)('yaml') as typeof import('yaml');
+    doc = parse(text, { schema: 'failsafe' });
   } catch (e) {
     const first = ((e as Error).message ?? String(e)).split('\n')[0];
     throw new OptionError(`invalid YAML in config file ${file}: ${first}`);

@@ -7,7 +7,7 @@ import type { NameMapper } from '../namespace/names.js';
 import { startControlServer, type ControlServer, type MountInfo } from '../observe/control-server.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
-import { startPrometheus } from '../observe/prometheus.js';
+import type { startPrometheus } from '../observe/prometheus.js';
 import { controlSocketFor } from '../observe/runtime-dir.js';
 import { EXIT, UserError } from './exit.js';
 
@@ -28,7 +28,8 @@ export interface ControlWiringDeps {
 /** A --prometheus-port another process holds is the user's to fix: exit 2 with one line, like a bad flag. */
 export async function listenPrometheus(metrics: Metrics, port: number): Promise<Awaited<ReturnType<typeof startPrometheus>>> {
   try {
-    return await startPrometheus(metrics, port);
+    // prom-client loads only for a mount that serves it.
+    return await (await import('../observe/prometheus.js')).startPrometheus(metrics, port);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') throw new UserError(`--prometheus-port ${port} is already in use by another process`, EXIT.usage);

@@ -1,21 +1,20 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { EXIT, UserError } from './exit.js';
-import { runCache } from './cache-command.js';
-import { runMount } from './mount-command.js';
 import { formatHelp, subcommandHelp } from './help.js';
 import { wantsHelp } from './options.js';
-import { runStats } from './stats-command.js';
-import { runUnmount } from './unmount-command.js';
-import { runWait } from './wait-command.js';
-import { runWarm } from './warm-command.js';
 
+/**
+ * Each command's module is loaded when it runs: loading them all (undici, the GCS client, SQLite, pino,
+ * prom-client) took 0.7 s before `gcsmount stats` or `--help` could answer, and before the parent of a
+ * daemonised mount could start its child.
+ */
 const SUBCOMMANDS: Record<string, (args: string[]) => Promise<number>> = {
-  unmount: runUnmount,
-  cache: runCache,
-  stats: runStats,
-  warm: runWarm,
-  wait: runWait,
+  unmount: async (args) => (await import('./unmount-command.js')).runUnmount(args),
+  cache: async (args) => (await import('./cache-command.js')).runCache(args),
+  stats: async (args) => (await import('./stats-command.js')).runStats(args),
+  warm: async (args) => (await import('./warm-command.js')).runWarm(args),
+  wait: async (args) => (await import('./wait-command.js')).runWait(args),
   emulator: async (args) => (await import('../emulator/cli.js')).runEmulatorCli(args),
 };
 
@@ -43,7 +42,7 @@ export async function main(argv: string[]): Promise<void> {
         // gcsfuse users type --help anywhere on a mount command line.
         process.stdout.write(formatHelp());
         code = EXIT.ok;
-      } else code = await runMount(argv);
+      } else code = await (await import('./mount-command.js')).runMount(argv);
     }
   } catch (err) {
     if (err instanceof UserError) {

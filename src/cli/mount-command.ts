@@ -1,14 +1,7 @@
-import type { FuseMount } from '../fs/mount.js';
-import { CredentialsError } from '../gcs/auth.js';
-import { GcsError } from '../gcs/errors.js';
-import { MountPointError } from '../fs/mount.js';
-import { PrivateDirError } from '../private-dir.js';
-import { createLogger, severityFrom } from '../observe/logger.js';
-import { daemonize, reportToParent } from './daemon.js';
+import { daemonize } from './daemon.js';
 import { EXIT, UserError } from './exit.js';
 import { parseMountArgs, type MountOptions } from './options.js';
 import { OptionError } from './values.js';
-import { startDaemon } from './wiring.js';
 
 /** `gcsmount [flags] BUCKET MOUNTPOINT`. */
 export async function runMount(argv: string[]): Promise<number> {
@@ -24,96 +17,7 @@ export async function runMount(argv: string[]): Promise<number> {
     for (const notice of opts.notices) process.stderr.write(`gcsmount: ${notice}\n`);
     return daemonize(argv, opts.values['start-timeout']);
   }
-  return runForeground(opts);
-}
-
-/** Start-up failures the user can act on, as one line each with their own exit code. */
-function asUserError(err: unknown, bucket: string): UserError | null {
-  if (err instanceof UserError) return err;
-  if (err instanceof MountPointError) return new UserError(err.message, EXIT.mountPoint);
-  // The cache dir's, or the control socket's runtime dir: private state in a folder that is not private.
-  if (err instanceof PrivateDirError) return new UserError(err.message, EXIT.cacheDir);
-  if (err instanceof CredentialsError) return new UserError(err.message, EXIT.credentials);
-  if (err instanceof GcsError) {
-    if (err.code === 'NOT_FOUND') return new UserError(`bucket ${bucket} does not exist`, EXIT.bucket);
-    if (err.code === 'FORBIDDEN') return new UserError(`no access to bucket ${bucket}: ${err.message}`, EXIT.credentials);
-    if (err.code === 'UNAUTHENTICATED') return new UserError(`credentials rejected for bucket ${bucket}: ${err.message}`, EXIT.credentials);
-    return new UserError(`cannot reach bucket ${bucket}: ${err.message}`, EXIT.bucket);
-  }
-  return null;
-}
-
-async function runForeground(opts: MountOptions): Promise<number> {
-  const { log, reopen, lostLines } = createLogger({
-    severity: severityFrom(opts.values['log-severity']),
-    file: opts.values['log-file'] || null,
-    format: opts.values['log-format'] === 'text' ? 'text' : 'json',
-  });
-  for (const notice of opts.notices) log.warn({ notice }, notice);
-  // A promise that fails with nobody listening would end Node 20 at once, silently (a daemon's stderr
-  // goes nowhere): seen while stopping, as the GCS client failed its attempts in flight, so the block
-  // cache's index and the final counters were never written. Logged instead, with what it was.
-  process.on('unhandledRejection', (reason) => {
-    log.error({ err: reason instanceof Error ? (reason.stack ?? reason.message) : String(reason) }, 'a failure nobody waited for (logged, not fatal)');
-  });
-  // logrotate moves the file and sends SIGHUP: write to a fresh file from here on.
-  process.on('SIGHUP', () => {
-    reopen();
-    log.info('log file reopened');
-  });
-
-  // Signals are taken from the first moment: one that arrives while mounting is acted on once the
-  // mount is up, so it still ends in a clean unmount rather than the default kill.
-  let pendingSignal: string | null = null;
-  let onSignal: ((why: string) => void) | null = null;
-  const signalled = (sig: string): void => {
-    if (onSignal) onSignal(sig);
-    else if (pendingSignal) process.exit(EXIT.internal);
-    else pendingSignal = sig;
-  };
-  process.on('SIGINT', () => signalled('SIGINT'));
-  process.on('SIGTERM', () => signalled('SIGTERM'));
-
-  let mount: FuseMount;
-  let stop: () => Promise<void>;
-  try {
-    ({ mount, stop } = await startDaemon(opts, log, lostLines));
-  } catch (err) {
-    const userError = asUserError(err, opts.bucket);
-    const message = userError?.message ?? `start-up failed: ${err instanceof Error ? err.message : String(err)}`;
-    log.error({ err: err instanceof Error ? err.message : String(err) }, message);
-    const exitCode = userError?.exitCode ?? EXIT.internal;
-    reportToParent({ type: 'error', message, exitCode });
-    throw new UserError(message, exitCode);
-  }
-  log.info({ bucket: opts.bucket, mountPoint: mount.path }, 'mounted');
-  reportToParent({ type: 'ready', mountPoint: mount.path });
-
-  return new Promise<number>((resolve) => {
-    let stopping = false;
-    const shutdown = (why: string): void => {
-      if (stopping) {
-        // A second signal means now: the mount is left for the next start to clean up.
-        log.warn({ why }, 'second signal: exiting at once');
-        process.exit(EXIT.internal);
-      }
-      stopping = true;
-      log.info({ why }, 'unmounting');
-      stop().then(
-        () => resolve(EXIT.ok),
-        (err: Error) => {
-          log.error({ err: err.message }, 'clean shutdown failed');
-          resolve(EXIT.internal);
-        },
-      );
-    };
-    onSignal = shutdown;
-    // The kernel ends the session once nothing holds the mount: after a lazy unmount (umount -l), the
-    // files still open are served until they close, and the daemon stops only then.
-    mount.watch(
-      () => shutdown('mount removed from outside'),
-      () => log.info('mount detached (lazy unmount): serving the files still open until the last one closes'),
-    );
-    if (pendingSignal) shutdown(pendingSignal);
-  });
+  // The daemon's modules (the file system, the GCS client, the block cache) load only here: the parent of
+  // a daemonised mount needs none of them to start its child and wait for it.
+  return (await import('./foreground.js')).runForeground(opts);
 }

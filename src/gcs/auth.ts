@@ -1,5 +1,3 @@
-import { Storage } from '@google-cloud/storage';
-
 /**
  * Returns the headers that authenticate one request (a fresh token when the old one nears expiry).
  * `fresh`: the server refused the current token (401), so fetch a new one whatever its stated expiry.
@@ -27,6 +25,9 @@ function preferBiosMetadataDetection(env: NodeJS.ProcessEnv): void {
 export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessEnv = process.env): Promise<AuthHeaders | null> {
   if (source.kind === 'none') return null;
   preferBiosMetadataDetection(env);
+  // Loaded only when credentials are needed (0.18 s: the client, google-auth-library, OpenTelemetry's
+  // API): a mount of an emulator or of a public bucket never pays for it.
+  const { Storage } = await import('@google-cloud/storage');
   const storage = new Storage(source.kind === 'key-file' ? { keyFilename: source.path } : {});
   const auth = storage.authClient;
   try {
