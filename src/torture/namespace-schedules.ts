@@ -74,18 +74,24 @@ function populate(bucket: ModelBucket, random: () => number): Shape {
   for (const n of shape.missing) if (bucket.has(n)) shape.missing.splice(shape.missing.indexOf(n), 1);
   // Volatile names are created and deleted later, alongside the stable ones of their folders.
   for (let i = 0; i < 6; i++) shape.volatile.push(`flat/c.${Math.floor(random() * 30)}.v${i}`, `store/t2m/c/${Math.floor(random() * 14)}/v${i}`);
-  refresh(bucket, shape);
+  survey(bucket, shape);
   return shape;
 }
 
-/** Recomputes which names and folders are stable, and which ever existed, from the bucket now. */
-function refresh(bucket: ModelBucket, shape: Shape): void {
-  for (const name of bucket.objectNames) {
-    if (!name.endsWith('/')) shape.everFiles.add(name);
-    const parts = name.split('/');
-    for (let k = 1; k < parts.length; k++) shape.everDirs.add(parts.slice(0, k).join('/'));
-  }
-  shape.stableDirs.clear();
+/** Adds `name`, and the folders above it, to the names that ever existed. */
+function existed(shape: Shape, name: string): void {
+  if (!name.endsWith('/')) shape.everFiles.add(name);
+  const parts = name.split('/');
+  for (let k = 1; k < parts.length; k++) shape.everDirs.add(parts.slice(0, k).join('/'));
+}
+
+/**
+ * Which names and folders are stable, and which existed, once the bucket is built. Later, only a put adds
+ * to what existed (a delete never takes from it), and the stable files never change: each change adds
+ * its one name (recomputing all of it after every change was a quarter of the schedules' time).
+ */
+function survey(bucket: ModelBucket, shape: Shape): void {
+  for (const name of bucket.objectNames) existed(shape, name);
   for (const name of shape.stableFiles) {
     const parts = name.split('/');
     for (let k = 1; k < parts.length; k++) shape.stableDirs.add(parts.slice(0, k).join('/'));
@@ -191,13 +197,13 @@ export async function runSchedule(seed: number, actors: number, opsPerActor: num
       const gens = shape.generations.get(name) ?? new Set<string>();
       gens.add(meta.generation);
       shape.generations.set(name, gens);
+      existed(shape, name);
     }
     // Stable files are replaced too: a new generation, never a gap.
     if (random() < 0.3) {
       const s = pick(stableFiles);
       shape.generations.get(s)!.add(bucket.put(s).generation);
     }
-    refresh(bucket, shape);
   };
 
   const pathPool = (): string => {
