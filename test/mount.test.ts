@@ -51,6 +51,8 @@ describe('a read-only mount of a bucket (-o ro)', () => {
     const media = tb.emulator.stats().requests.media;
     expect(media).toBeGreaterThanOrEqual(25 + 3);
     expect(media).toBeLessThanOrEqual(25 + 3 + 2);
+    // No --cache-dir: the operator's table says the reads of cached blocks are not the addon's.
+    expect((await run(GCSMOUNT, ['stats', m.path])).stdout).toMatch(/native reads  off \(no --cache-dir/);
   });
 
   it('lists a nested tree of implicit and placeholder directories, hiding names that cannot be paths', async () => {

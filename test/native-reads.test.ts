@@ -81,6 +81,10 @@ describe('native reads of cached blocks', () => {
     // both in memory still, or read them again).
     expect(s.counters.native_block_loads).toBeGreaterThanOrEqual(11);
     expect(s.counters.native_block_loads).toBeLessThanOrEqual(13);
+    // The operator's table says the same.
+    const table = await run(GCSMOUNT, ['stats', m.path]);
+    expect(table.stdout).toContain(`native reads  answered ${s.counters.native_reads!.toLocaleString('en-US')} (`);
+    expect(table.stdout).toMatch(/given back to JavaScript 0 /);
     await unmount(m.path);
   });
 

@@ -58,6 +58,7 @@ function table(r: StatsReport): string {
     `  memory        limit ${formatBytes(g.memory_limit_bytes ?? 0)} (blocks ${formatBytes(g.memory_blocks_limit_bytes ?? 0)})   in use ${formatBytes(g.memory_in_use_bytes ?? 0)} (peak ${formatBytes(g.memory_peak_bytes ?? 0)})   waiting ${g.memory_waiting ?? 0} reads (${formatBytes(g.memory_waiting_bytes ?? 0)})   waited ${formatCount(c.memory_waits ?? 0)} times, ${((c.memory_wait_ms ?? 0) / 1000).toFixed(1)} s   skipped for memory: readahead ${formatCount(c.memory_readahead_skipped ?? 0)} prefetch ${formatCount(c.memory_prefetch_skipped ?? 0)}`,
     `                block buffers resident ${formatBytes(g.memory_block_buffers_resident_bytes ?? 0)}   listings ${formatBytes(g.memory_listing_bytes ?? 0)} (accounted)   native read path ${formatCount(g.native_block_buffers ?? 0)} blocks (its own pool)`,
     threadsLine(r),
+    nativeLine(r),
     `  GCS requests  list ${formatCount(c.gcs_requests_list!)}  metadata ${formatCount(c.gcs_requests_metadata!)}  media ${formatCount(c.gcs_requests_media!)}  bucket ${c.gcs_requests_bucket}   retries ${formatCount(c.gcs_retries!)}   429s ${formatCount(c.gcs_throttled!)}   errors ${formatCount(c.gcs_errors!)}`,
     `  request rate  ${g.gcs_rate_limit === undefined ? 'no limit' : `${g.gcs_rate_limit}/s (ceiling ${g.gcs_rate_ceiling}/s)`}   waited for tokens ${formatCount(c.gcs_rate_waits ?? 0)} times, ${((c.gcs_rate_wait_ms ?? 0) / 1000).toFixed(1)} s   queued ${g.gcs_rate_queued ?? 0}   cuts on 429 ${formatCount(c.gcs_rate_cuts ?? 0)}`,
     `  stalls        cut ${formatCount(c.gcs_stalls ?? 0)}   resumed by Range ${formatCount(c.gcs_resumed_reads ?? 0)}   stall timeout ${g.gcs_stall_timeout_ms === undefined ? 'off' : `${(g.gcs_stall_timeout_ms / 1000).toFixed(1)} s`}   gave up at --max-retry-duration ${formatCount(c.gcs_retry_deadline_exceeded ?? 0)}`,
@@ -83,6 +84,17 @@ function threadsLine(r: StatsReport): string {
     ? 'download workers none (--download-workers 0)'
     : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight`).join('; ')}`;
   return `  threads       ${main}   ${workers}   (over the last 2 s)`;
+}
+
+/**
+ * The addon's reads of cached blocks, which never enter JavaScript: how many it answered, how many of
+ * them first waited for a block still on its way to disk, and how many it gave back (to the main thread).
+ */
+function nativeLine(r: StatsReport): string {
+  const c = r.counters;
+  // Its counters always exist (0); its buffers' gauge only once the native path runs.
+  if (r.gauges.native_block_buffers === undefined) return '  native reads  off (no --cache-dir, or the addon could not start them: reads of cached blocks go through JavaScript)';
+  return `  native reads  answered ${formatCount(c.native_reads ?? 0)} (${formatBytes(c.native_read_bytes ?? 0)})   waited for a block on its way ${formatCount(c.native_reads_waited ?? 0)}   given back to JavaScript ${formatCount(c.native_fallbacks ?? 0)}   block files read ${formatCount(c.native_block_loads ?? 0)}`;
 }
 
 async function collect(a: StatsArgs): Promise<StatsReport[]> {
