@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { startEmulator, type Emulator } from '../emulator/server.js';
+import { controlRequest } from '../observe/control-server.js';
+import { controlSocketFor } from '../observe/runtime-dir.js';
 
 const GCSMOUNT = fileURLToPath(new URL('../../bin/gcsmount', import.meta.url));
 // The compiled reader, whether this module runs from dist/ or (under vitest) from src/.
@@ -193,21 +195,11 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
 
   /** Adds the live daemon's native read counters to the report (a daemon that does not answer adds nothing). */
   const countNativeReads = async () => {
-    const out = await new Promise<string>((resolve) => {
-      const p = spawn(GCSMOUNT, ['stats', mnt, '--json'], { stdio: ['ignore', 'pipe', 'ignore'] });
-      let text = '';
-      p.stdout!.on('data', (b: Buffer) => (text += b.toString()));
-      const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-      p.on('close', (code) => {
-        clearTimeout(timer);
-        resolve(code === 0 ? text : '');
-      });
-    });
-    if (!out) return;
-    const counters = (JSON.parse(out) as { counters: Record<string, number> }).counters;
-    report.native.reads += counters.native_reads ?? 0;
-    report.native.waited += counters.native_reads_waited ?? 0;
-    report.native.fallbacks += counters.native_fallbacks ?? 0;
+    const stats = await controlRequest<{ counters: Record<string, number> }>(await controlSocketFor(mnt), '/stats', 'GET', 10_000);
+    if (!stats) return;
+    report.native.reads += stats.counters.native_reads ?? 0;
+    report.native.waited += stats.counters.native_reads_waited ?? 0;
+    report.native.fallbacks += stats.counters.native_fallbacks ?? 0;
   };
 
   const replacedAt = new Map<string, number>();
