@@ -78,11 +78,16 @@ function populate(bucket: ModelBucket, random: () => number): Shape {
   return shape;
 }
 
+/** Adds each folder above `name` ('a' and 'a/b' for 'a/b/c') to `into`. */
+function addFoldersAbove(into: Set<string>, name: string): void {
+  const parts = name.split('/');
+  for (let k = 1; k < parts.length; k++) into.add(parts.slice(0, k).join('/'));
+}
+
 /** Adds `name`, and the folders above it, to the names that ever existed. */
 function existed(shape: Shape, name: string): void {
   if (!name.endsWith('/')) shape.everFiles.add(name);
-  const parts = name.split('/');
-  for (let k = 1; k < parts.length; k++) shape.everDirs.add(parts.slice(0, k).join('/'));
+  addFoldersAbove(shape.everDirs, name);
 }
 
 /**
@@ -92,10 +97,7 @@ function existed(shape: Shape, name: string): void {
  */
 function survey(bucket: ModelBucket, shape: Shape): void {
   for (const name of bucket.objectNames) existed(shape, name);
-  for (const name of shape.stableFiles) {
-    const parts = name.split('/');
-    for (let k = 1; k < parts.length; k++) shape.stableDirs.add(parts.slice(0, k).join('/'));
-  }
+  for (const name of shape.stableFiles) addFoldersAbove(shape.stableDirs, name);
 }
 
 /** Runs `count` schedules from `firstSeed` on; each is independent and replayable by its seed. */
