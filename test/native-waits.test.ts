@@ -57,6 +57,33 @@ describe('reads of blocks on their way to disk', () => {
     }
   });
 
+  it("answer a cold sequential reader's own blocks, fetched ahead by its handle: few reads reach JavaScript", { timeout: 120_000 }, async () => {
+    const big = bytes(64 * 1024 * KIB, 4242);
+    await writeObjects(tb.root, tb.bucket, { 'seq/big.bin': big });
+    // Slow enough that the reader waits on most blocks while they download.
+    tb.emulator.setKnobs({ latencyMs: 20, bandwidthBytesPerSec: 64 * 1024 * KIB, failMedia: null, stall: false });
+    const m = await mount({ tb, args: ['--cache-dir', await tempDir('waits-cache')] });
+    try {
+      tb.emulator.resetStats();
+      const got = await hashesInOrder([join(m.path, 'seq/big.bin')]);
+      expect(got.code, got.stderr).toBe(0);
+      expect(got.hashes).toEqual([sha256(big)]);
+      // Each 4 MiB block once: handing reads to the addon fetches nothing twice.
+      expect(mediaOf('seq/big.bin').length).toBe(16);
+      const s = await mountStats(m.path);
+      const jsReads = s.fuseOps.read?.count ?? 0;
+      const native = s.counters.native_reads ?? 0;
+      console.log('sequential', JSON.stringify({ native, waited: s.counters.native_reads_waited, fallbacks: s.counters.native_fallbacks, jsReads }));
+      expect(s.counters.native_reads_waited).toBeGreaterThan(0);
+      expect(s.counters.native_fallbacks ?? 0).toBe(0);
+      // Without the hand-off every read is JavaScript's (native 0).
+      expect(native).toBeGreaterThan(1.5 * jsReads);
+    } finally {
+      await unmount(m.path);
+    }
+    tb.emulator.setKnobs({ latencyMs: 0, bandwidthBytesPerSec: 0 });
+  });
+
   /** A mount whose cache holds the first two files (so they are read with no request) and whose folder listing is held. */
   const warmStart = async (): Promise<{ path: string; logFile: string; cacheDir: string }> => {
     tb.emulator.setKnobs({ latencyMs: 0, bandwidthBytesPerSec: 0, failMedia: null, stall: false });

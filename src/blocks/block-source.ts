@@ -216,20 +216,12 @@ export class BlockSource {
   }
 
   /**
-   * The index rows of blocks `first`, `first` + 1, ... that are on disk with the length they must have,
-   * up to `max` of them: the run stops at the first block that is not (the native read path registers
-   * these; a block of the wrong length is left to a JavaScript read, which drops it).
+   * The index row of block `index` when it is on disk with the length it must have (the native read path
+   * registers these; a block of the wrong length is left to a JavaScript read, which drops it).
    */
-  diskRows(meta: ObjectMeta, first: number, max: number): BlockRow[] {
-    const disk = this.deps.disk;
-    if (!disk) return [];
-    const rows: BlockRow[] = [];
-    for (let i = first; rows.length < max && i * this.blockSize < meta.size; i++) {
-      const row = disk.lookup(this.diskKey(meta, i));
-      if (!row || row.size !== Math.min(meta.size, (i + 1) * this.blockSize) - i * this.blockSize) break;
-      rows.push(row);
-    }
-    return rows;
+  diskRow(meta: ObjectMeta, index: number): BlockRow | null {
+    const row = this.deps.disk?.lookup(this.diskKey(meta, index));
+    return row && row.size === Math.min(meta.size, (index + 1) * this.blockSize) - index * this.blockSize ? row : null;
   }
 
   private shared(map: Map<string, Pending>, key: string, priority: Priority, work: (p: Pending) => Promise<BlockData>): Promise<BlockData> {

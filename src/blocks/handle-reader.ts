@@ -165,9 +165,8 @@ export class HandleReader {
   }
 
   /**
-   * True when this handle already holds (or is fetching) every block of [pos, pos + length): the read is
-   * answered from that memory, so looking for the blocks on disk would only cost a hash and an index
-   * lookup per read.
+   * True when this handle already holds (or is fetching) every block of [pos, pos + length): a sequential
+   * reader's blocks, fetched ahead of it.
    */
   holds(pos: number, length: number): boolean {
     const end = Math.min(this.meta.size, pos + length);
@@ -178,11 +177,26 @@ export class HandleReader {
   }
 
   /**
-   * Reads up to `end` were answered without this reader (the native path, from blocks on disk): the next
-   * read there continues the sequential run rather than counting as a seek.
+   * Reads up to `end` were answered without this reader (the native path, from blocks on disk or on their
+   * way there): the next read there continues the sequential run rather than counting as a seek. `from`:
+   * the read handed off was of blocks this handle fetches; it moves the readahead window as a read of its
+   * own would, so the blocks after the handed-off run are on their way before the reader gets there.
    */
-  servedElsewhere(end: number): void {
+  servedElsewhere(end: number, from?: number): void {
+    if (from !== undefined) {
+      this.advance(from, Math.min(this.meta.size, from + 1));
+      this.pinned = null;
+    }
     this.frontier = Math.max(this.frontier, Math.min(end, this.meta.size));
+  }
+
+  /**
+   * How many of this handle's blocks a read may hand to the native path at once: half the readahead
+   * window, so the reader comes back to this handle (which then fetches further ahead) while the other
+   * half is still ahead of it; handing the whole window would let the reader catch up with the fetches.
+   */
+  nativeRunBlocks(): number {
+    return Math.max(1, Math.floor(this.window / 2));
   }
 
   /** Moves the sequential frontier and readahead window for a read of [pos, end); the blocks it needs. */

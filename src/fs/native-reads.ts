@@ -78,26 +78,36 @@ export class NativeReads {
   }
 
   /**
-   * Registers the blocks from `first` on that are on disk (a window of them), then those after them that
-   * are on their way to disk (a read of one waits in the addon until it lands: a prefetched chunk file
-   * is often opened while it downloads); returns how many.
+   * Registers the blocks from `first` on (`max` of them at most, up to the first that is neither) that are
+   * on disk or on their way there (a read of one waits in the addon until it lands: a prefetched chunk
+   * file is often opened while it downloads, a sequential reader reads what its handle fetched ahead);
+   * returns how many.
    */
-  register(file: NativeFile, meta: ObjectMeta, first: number): number {
-    const rows = this.blocks.diskRows(meta, first, WINDOW_BLOCKS);
-    if (rows.length > 0)
-      this.fuse.addBlocks(
-        file,
-        first,
-        rows.map((r) => r.key),
-        rows.map((r) => r.crc32c),
-      );
-    let n = rows.length;
-    for (let i = first + n; n < WINDOW_BLOCKS && i * this.blocks.blockSize < meta.size; i++, n++) {
+  register(file: NativeFile, meta: ObjectMeta, first: number, max = WINDOW_BLOCKS): number {
+    const bs = this.blocks.blockSize;
+    // Blocks land in any order: a run on disk is registered in one call, each block on its way on its own.
+    let keys: string[] = [];
+    let crcs: number[] = [];
+    const flush = (end: number): void => {
+      if (keys.length > 0) this.fuse.addBlocks(file, end - keys.length, keys, crcs);
+      keys = [];
+      crcs = [];
+    };
+    let i = first;
+    for (; i < first + max && i * bs < meta.size; i++) {
+      const row = this.blocks.diskRow(meta, i);
+      if (row) {
+        keys.push(row.key);
+        crcs.push(row.crc32c);
+        continue;
+      }
+      flush(i);
       const coming = this.blocks.coming(meta, i);
       if (!coming || !this.fuse.expectBlock(file, i, coming.key)) break;
       this.tellLanding(coming.key, coming.landed);
     }
-    return n;
+    flush(i);
+    return i - first;
   }
 
   /** Tells the addon once when block file `key` lands (or does not): every expectBlock needs it. */
@@ -116,12 +126,12 @@ export class NativeReads {
    * its first block). Returns the end of the registered run (the reader skips to it), or 0 when the read
    * is still the caller's.
    */
-  handOff(req: FuseRequest, ino: number, file: NativeFile, meta: ObjectMeta, pos: number, size: number): number {
+  handOff(req: FuseRequest, ino: number, file: NativeFile, meta: ObjectMeta, pos: number, size: number, max = WINDOW_BLOCKS): number {
     const end = Math.min(meta.size, pos + size);
     if (pos >= end) return 0;
     const bs = this.blocks.blockSize;
     const first = Math.floor(pos / bs);
-    const n = this.register(file, meta, first);
+    const n = this.register(file, meta, first, max);
     if (first + n <= Math.floor((end - 1) / bs)) return 0;
     return this.fuse.readNative(req, ino, file, pos, size) ? Math.min(meta.size, (first + n) * bs) : 0;
   }

@@ -97,19 +97,32 @@ export class ReadOps {
     }
     // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
     deps.prefetcher?.read(reader.meta, pos);
+    const file = this.files.get(fh);
+    // The native path takes reads of this file's blocks on disk or on their way there; not a read it just
+    // gave back, nor one a writer's changes may touch, nor a shard's the prefetcher follows.
+    const native = deps.native && file && !fallback && !clean && !deps.prefetcher?.followsReads(reader.meta) ? { reads: deps.native, file } : null;
     // Within one block that is here already: the kernel copies straight out of the block's memory.
     const view = reader.view(pos, size);
     if (view) {
       deps.metrics.inc('fuse_read_bytes', view.bytes.length);
-      return a.bufThen(view.bytes, view.bytes.length, view.release);
+      a.bufThen(view.bytes, view.bytes.length, view.release);
+      // The reads after it in this handle's blocks go to the native path, as they would had this one.
+      if (native) {
+        const bs = deps.blocks.blockSize;
+        const first = Math.floor(pos / bs);
+        const n = native.reads.register(native.file, reader.meta, first, reader.nativeRunBlocks());
+        if (n > 0) reader.servedElsewhere((first + n) * bs);
+      }
+      return;
     }
-    // Blocks on disk: read and checked by a native worker, not here (unless it just gave the read back,
-    // or this handle is already fetching them: a cold reader's blocks are held before they arrive; or a
-    // writer has the file open, whose first change the native side would not see).
-    const file = this.files.get(fh);
-    if (deps.native && file && !fallback && !clean && !reader.holds(pos, size) && !deps.prefetcher?.followsReads(reader.meta)) {
-      const until = deps.native.handOff(a.req, ino, file, reader.meta, pos, size);
-      if (until > 0) return reader.servedElsewhere(until);
+    // Blocks on disk, or on their way there: read and checked by a native worker, not here (unless it just
+    // gave the read back, or a writer has the file open, whose first change the native side would not
+    // see). A cold sequential reader's blocks are this handle's own, fetched ahead: half its window at a
+    // time goes native, so the main thread sees a few reads per window rather than every one.
+    if (native) {
+      const held = reader.holds(pos, size);
+      const until = native.reads.handOff(a.req, ino, native.file, reader.meta, pos, size, held ? reader.nativeRunBlocks() : undefined);
+      if (until > 0) return reader.servedElsewhere(until, held ? pos : undefined);
     }
     const failed = (err: unknown): void => {
       const path = inodes.path(ino) ?? '?';
