@@ -40,6 +40,7 @@ struct slot {
   int refs;   // readers between acquire and release; a slot with refs is never reused
   int touched; // read since the last br_maintain
   int served;  // a read was answered from this load (counted once as a cache hit)
+  int offered; // copied from its download (br_offer), not read from the cache: never a cache hit
   uint64_t used_ns;
 };
 
@@ -215,15 +216,22 @@ static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
 static void served(struct slot *s) {
   if (s->served) return;
   s->served = 1;
+  if (s->offered) return;
   br_count(BR_HITS, 1);
   br_count(BR_HIT_BYTES, s->len);
 }
 
 // The block in memory, checked, with a reference the caller releases; NULL and *reason otherwise.
-// `for_read`: a read will be answered from it (not a load ahead).
+// `for_read`: a read will be answered from it (not a load ahead). A block still on its way to disk
+// (`r->expected`) is never read from its file: only memory br_offer filled answers for it.
 static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int preload, int *reason) {
   pthread_mutex_lock(&br_lock);
   struct slot *s = find_slot(r->key);
+  if (!s && r->expected) {
+    pthread_mutex_unlock(&br_lock);
+    *reason = BR_NOT_LANDED;
+    return NULL;
+  }
   if (s) {
     s->refs++;
     while (s->state == LOADING) pthread_cond_wait(&eng.loaded, &br_lock);
@@ -251,6 +259,7 @@ static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int
   s->refs = 1;
   s->touched = 0;
   s->served = 0;
+  s->offered = 0;
   s->len = len;
   pthread_mutex_unlock(&br_lock);
 
@@ -309,9 +318,9 @@ static void serve(struct job *j) {
   pthread_mutex_lock(&br_lock);
   for (unsigned i = 0; i < n; i++) {
     struct reg *r = br_find_reg(f, first + i);
-    if (!r || r->expected) {
-      // Replaced in the ring since the read was queued (by a block on its way to disk, maybe).
-      reason = r ? BR_NOT_LANDED : BR_BUSY;
+    if (!r) {
+      // Replaced in the ring since the read was queued.
+      reason = BR_BUSY;
       break;
     }
     regs[i] = *r;
@@ -320,7 +329,7 @@ static void serve(struct job *j) {
   for (unsigned i = 0; reason == BR_OK && i < n; i++) {
     slots[i] = acquire(&regs[i], br_block_len(f, first + i), 1, 0, &reason);
     if (slots[i]) got++;
-    else if (reason != BR_BUSY && reason != BR_UNAVAILABLE) {
+    else if (reason != BR_BUSY && reason != BR_UNAVAILABLE && reason != BR_NOT_LANDED) {
       bad = regs[i].key;
       bad_block = first + i;
     }
@@ -484,6 +493,43 @@ int br_preload(const char *key, uint32_t crc, uint32_t len) {
   pthread_mutex_unlock(&br_lock);
   if (!queued) free(j);
   return queued;
+}
+
+int br_in_memory_locked(const char *key) {
+  struct slot *s = find_slot(key);
+  return s && s->state == READY;
+}
+
+int br_offer(const char *key, const void *bytes, uint32_t len) {
+  if (strlen(key) != BR_KEY_LEN || len == 0) return 0;
+  pthread_mutex_lock(&br_lock);
+  // Worth a copy only for reads that wait for the block, and only once.
+  struct slot *s = eng.started && len <= eng.block_size && br_expecting_locked(key) && !find_slot(key) ? victim(1) : NULL;
+  if (!s) {
+    pthread_mutex_unlock(&br_lock);
+    return 0;
+  }
+  if (s->touched) remember_touch(s->key);
+  memcpy(s->key, key, BR_KEY_LEN + 1);
+  s->state = LOADING; // a reader that finds it now waits for the copy
+  s->refs = 1;
+  s->touched = 0;
+  s->served = 0;
+  s->offered = 1;
+  s->len = len;
+  pthread_mutex_unlock(&br_lock);
+
+  memcpy(s->buf, bytes, len);
+
+  pthread_mutex_lock(&br_lock);
+  s->state = READY;
+  s->used_ns = br_now_ns();
+  pthread_cond_broadcast(&eng.loaded);
+  put_locked(s);
+  br_count(BR_OFFERS, 1);
+  br_offered_locked(key);
+  pthread_mutex_unlock(&br_lock);
+  return 1;
 }
 
 void br_stats(uint64_t out[BR_NSTATS]) {

@@ -174,7 +174,7 @@ void br_route_locked(struct job *j) {
     struct reg *r = br_find_reg(f, b);
     // Dropped since it was submitted: it did not land, a writer opened the file, or the ring moved on.
     if (!r) return give_back_locked(j, BR_NOT_LANDED);
-    if (!r->expected) continue;
+    if (!r->expected || br_in_memory_locked(r->key)) continue;
     struct expect *e = *find_expect(r->key);
     if (!e || !br_may_wait(j->userdata)) return give_back_locked(j, BR_NOT_LANDED);
     return park_locked(e, j);
@@ -209,6 +209,19 @@ void br_landed(const char *key, uint32_t crc, uint32_t len) {
   for (unsigned i = 0; i < e->nfiles; i++) br_file_unref(e->files[i].f);
   free(e->files);
   free(e);
+}
+
+int br_expecting_locked(const char *key) { return *find_expect(key) != NULL; }
+
+void br_offered_locked(const char *key) {
+  struct expect *e = *find_expect(key);
+  if (!e) return;
+  struct job *j = e->parked;
+  e->parked = NULL;
+  for (struct job *next; j; j = next) {
+    next = j->next;
+    br_route_locked(j);
+  }
 }
 
 // Gives back the parked reads `leave` picks. Under br_lock.

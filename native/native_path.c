@@ -122,6 +122,28 @@ static napi_value block_landed(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// offerBlock(key, bytes): the whole, checked bytes of block file `key` (a Uint8Array over any memory,
+// shared memory included), before the file is on disk: copied into block memory when reads expect the
+// block, which are then answered from there (br_offer). True when taken. Any thread: a download worker
+// calls it where the bytes landed, so the main thread never touches them.
+static napi_value offer_block(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  char key[BR_KEY_LEN + 2];
+  if (!key_arg(env, argv[0], key)) return NULL;
+  void *data = NULL;
+  size_t len = 0;
+  bool typed = false;
+  napi_typedarray_type type;
+  if (!(napi_is_typedarray(env, argv[1], &typed) == napi_ok && typed && napi_get_typedarray_info(env, argv[1], &type, &len, &data, NULL, NULL) == napi_ok && type == napi_uint8_array) || len > UINT32_MAX) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: offerBlock wants a key and a Uint8Array");
+    return NULL;
+  }
+  napi_value out;
+  napi_get_boolean(env, br_offer(key, data, (uint32_t)len), &out);
+  return out;
+}
+
 // addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
 static napi_value add_blocks(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -207,7 +229,7 @@ static napi_value start_native_reads(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs, waited]
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs, waited, offered]
 static napi_value native_stats(napi_env env, napi_callback_info info) {
   (void)info;
   uint64_t s[BR_NSTATS];
@@ -246,6 +268,7 @@ int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("addBlocks", add_blocks);
   EXPORT("expectBlock", expect_block);
   EXPORT("blockLanded", block_landed);
+  EXPORT("offerBlock", offer_block);
   EXPORT("dropBlocks", drop_blocks);
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);

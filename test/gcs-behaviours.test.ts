@@ -178,7 +178,10 @@ describe("an object whose bytes do not match GCS's CRC32C", () => {
       const media = tb.emulator.stats().requests.media;
       expect(media).toBeGreaterThanOrEqual(3);
       expect(media % 3).toBe(0);
-      expect((await mountStats(m.path)).counters.object_crc_mismatches).toBe(media);
+      const counters = (await mountStats(m.path)).counters;
+      expect(counters.object_crc_mismatches).toBe(media);
+      // Bytes failing GCS's CRC32C are never handed to the native path's memory either.
+      expect(counters.native_blocks_offered ?? 0).toBe(0);
       // Right again (same version): read whole and right, once.
       await fsp.writeFile(file, good);
       expect((await run('touch', ['-r', ref, file])).code).toBe(0);

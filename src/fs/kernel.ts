@@ -179,8 +179,9 @@ export interface FuseAddon {
   blockLanded(key: string, crc: number, length: number): void;
   /**
    * Since the process started: [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory,
-   * blockHits, blockHitBytes, readNs, waited] (hits: loaded blocks a read was answered from; waited: reads
-   * that waited for a block on its way to disk).
+   * blockHits, blockHitBytes, readNs, waited, offered] (hits: loaded blocks a read was answered from;
+   * waited: reads that waited for a block on its way to disk; offered: such blocks taken into memory from
+   * their download, by a download worker's offerBlock, which this interface does not carry).
    */
   nativeStats(): number[];
   /**

@@ -64,6 +64,7 @@ export class NativeReads {
     metrics.addCounterSource('fuse_read_bytes', stat(1));
     metrics.addCounterSource('native_fallbacks', stat(2));
     metrics.addCounterSource('native_reads_waited', stat(9));
+    metrics.addCounterSource('native_blocks_offered', stat(10));
     metrics.addCounterSource('native_block_loads', stat(3));
     metrics.addCounterSource('block_cache_hits', stat(6));
     metrics.addCounterSource('block_cache_hit_bytes', stat(7));
@@ -74,6 +75,7 @@ export class NativeReads {
     blocks.preloadAhead = (row) => {
       if (fuse.preloadBlock(row.key, row.crc32c, row.size)) metrics.inc('native_preloads');
     };
+    blocks.offersToNative = true;
     return new NativeReads(fuse, blocks, disk, metrics);
   }
 
