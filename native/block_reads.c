@@ -40,7 +40,8 @@ struct slot {
   int refs;   // readers between acquire and release; a slot with refs is never reused
   int touched; // read since the last br_maintain
   int served;  // a read was answered from this load (counted once as a cache hit)
-  int offered; // copied from its download (br_offer), not read from the cache: never a cache hit
+  int lent;    // buf is JavaScript's memory (br_lend), answered from until br_revoke; never a cache hit
+  char *own;   // while lent: this slot's own memory (or NULL), back in buf once revoked
   uint64_t used_ns;
 };
 
@@ -52,7 +53,7 @@ pthread_mutex_t br_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
   pthread_cond_t work;   // a job was queued
-  pthread_cond_t loaded; // a slot left LOADING
+  pthread_cond_t loaded; // a slot left LOADING, or a lent one's last reader let go
   int started;
   struct br_hooks hooks;
   char dir[4096];
@@ -114,7 +115,7 @@ static struct slot *victim(int preload) {
   struct slot *unused = NULL, *lru_served = NULL, *lru_unread = NULL;
   for (unsigned i = 0; i < eng.nslots; i++) {
     struct slot *s = &eng.slots[i];
-    if (s->refs > 0) continue;
+    if (s->refs > 0 || s->lent) continue;
     if (s->state == EMPTY && s->buf) return s;
     if (s->state == EMPTY) {
       if (!unused) unused = s;
@@ -137,6 +138,7 @@ static void put_locked(struct slot *s) {
     s->state = EMPTY;
     s->key[0] = 0;
   }
+  if (s->refs == 0 && s->lent) pthread_cond_broadcast(&eng.loaded); // br_revoke may wait for it
 }
 
 // Why open or pread failed, as a reason: only a file that is not there (or not ours: a symlink, a
@@ -216,14 +218,14 @@ static int load(char *buf, const char *key, uint32_t len, uint32_t crc) {
 static void served(struct slot *s) {
   if (s->served) return;
   s->served = 1;
-  if (s->offered) return;
+  if (s->lent) return;
   br_count(BR_HITS, 1);
   br_count(BR_HIT_BYTES, s->len);
 }
 
 // The block in memory, checked, with a reference the caller releases; NULL and *reason otherwise.
 // `for_read`: a read will be answered from it (not a load ahead). A block still on its way to disk
-// (`r->expected`) is never read from its file: only memory br_offer filled answers for it.
+// (`r->expected`) is never read from its file: only memory lent to it (br_lend) answers for it.
 static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int preload, int *reason) {
   pthread_mutex_lock(&br_lock);
   struct slot *s = find_slot(r->key);
@@ -259,7 +261,6 @@ static struct slot *acquire(const struct reg *r, uint32_t len, int for_read, int
   s->refs = 1;
   s->touched = 0;
   s->served = 0;
-  s->offered = 0;
   s->len = len;
   pthread_mutex_unlock(&br_lock);
 
@@ -500,36 +501,55 @@ int br_in_memory_locked(const char *key) {
   return s && s->state == READY;
 }
 
-int br_offer(const char *key, const void *bytes, uint32_t len) {
+int br_lend(const char *key, const void *bytes, uint32_t len) {
   if (strlen(key) != BR_KEY_LEN || len == 0) return 0;
   pthread_mutex_lock(&br_lock);
-  // Worth a copy only for reads that wait for the block, and only once.
-  struct slot *s = eng.started && len <= eng.block_size && br_expecting_locked(key) && !find_slot(key) ? victim(1) : NULL;
+  // Only for reads that wait for the block, and once: a slot holding nothing, or a block a read has used.
+  struct slot *s = NULL;
+  if (eng.started && len <= eng.block_size && br_expecting_locked(key) && !find_slot(key)) {
+    for (unsigned i = 0; i < eng.nslots; i++) {
+      struct slot *c = &eng.slots[i];
+      if (c->refs > 0 || c->lent || c->state == LOADING) continue;
+      if (c->state == EMPTY || c->state == FAILED) {
+        s = c;
+        break;
+      }
+      if (c->served && (!s || c->used_ns < s->used_ns)) s = c;
+    }
+  }
   if (!s) {
     pthread_mutex_unlock(&br_lock);
     return 0;
   }
   if (s->touched) remember_touch(s->key);
   memcpy(s->key, key, BR_KEY_LEN + 1);
-  s->state = LOADING; // a reader that finds it now waits for the copy
-  s->refs = 1;
+  s->own = s->buf;
+  s->buf = (char *)bytes;
+  s->lent = 1;
+  s->state = READY;
   s->touched = 0;
   s->served = 0;
-  s->offered = 1;
   s->len = len;
-  pthread_mutex_unlock(&br_lock);
-
-  memcpy(s->buf, bytes, len);
-
-  pthread_mutex_lock(&br_lock);
-  s->state = READY;
   s->used_ns = br_now_ns();
-  pthread_cond_broadcast(&eng.loaded);
-  put_locked(s);
-  br_count(BR_OFFERS, 1);
-  br_offered_locked(key);
+  br_count(BR_LENT, 1);
+  br_lent_locked(key);
   pthread_mutex_unlock(&br_lock);
   return 1;
+}
+
+void br_revoke(const char *key) {
+  pthread_mutex_lock(&br_lock);
+  struct slot *s = find_slot(key);
+  if (s && s->lent) {
+    // The readers replying from it are copying into the kernel (a reply never waits on a reader): brief.
+    while (s->refs > 0) pthread_cond_wait(&eng.loaded, &br_lock);
+    s->buf = s->own;
+    s->own = NULL;
+    s->lent = 0;
+    s->state = EMPTY;
+    s->key[0] = 0;
+  }
+  pthread_mutex_unlock(&br_lock);
 }
 
 void br_stats(uint64_t out[BR_NSTATS]) {
@@ -546,11 +566,11 @@ unsigned br_maintain(char (*out)[BR_KEY_LEN + 1], unsigned max, unsigned idle_se
   eng.ntouched = 0;
   for (unsigned i = 0; i < eng.nslots; i++) {
     struct slot *s = &eng.slots[i];
-    if (s->touched && s->state == READY && n < max) {
+    if (s->touched && s->state == READY && !s->lent && n < max) {
       memcpy(out[n++], s->key, BR_KEY_LEN + 1);
       s->touched = 0;
     }
-    if (s->refs == 0 && s->buf && s->used_ns < cutoff && s->state != LOADING) {
+    if (s->refs == 0 && s->buf && !s->lent && s->used_ns < cutoff && s->state != LOADING) {
       free_buf(s->buf);
       s->buf = NULL;
       s->state = EMPTY;

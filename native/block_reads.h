@@ -26,8 +26,8 @@ enum br_reason {
 // loaded ahead that no read used is not a cache hit).
 // BR_READ_NS: nanoseconds from a read's submission to its answer, summed over the reads answered.
 // BR_WAITED: reads that waited for a block on its way to disk (br_file_expect).
-// BR_OFFERS: blocks on their way to disk taken into memory from their download (br_offer).
-enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_READ_NS, BR_WAITED, BR_OFFERS, BR_NSTATS };
+// BR_LENT: blocks on their way to disk answered from their download's memory (br_lend).
+enum br_stat { BR_READS, BR_READ_BYTES, BR_FALLBACKS, BR_LOADS, BR_LOAD_BYTES, BR_SLOTS, BR_HITS, BR_HIT_BYTES, BR_READ_NS, BR_WAITED, BR_LENT, BR_NSTATS };
 
 struct br_config {
   const char *dir;   // the block folder (blocks-v2): files are dir/<key[0:2]>/<key>
@@ -68,11 +68,15 @@ int br_file_expect(struct br_file *f, uint64_t block, const char *key);
 // expecting it get it registered (when its length is the block's), and the reads waiting on it go on
 // (or, when it did not land, back to JavaScript).
 void br_landed(const char *key, uint32_t crc, uint32_t len);
-// The bytes of block file `key` (`len` of them), downloaded whole and checked, before the file is on disk:
-// when reads expect that block (br_file_expect), they are copied into block memory and the reads waiting
-// for it are answered from there, without waiting for the file. Only into memory that is free or holds
-// a block a read has used. Any thread may call it (a download worker does). 1 when taken.
-int br_offer(const char *key, const void *bytes, uint32_t len);
+// Lends the bytes of block file `key` (`len` of them at `bytes`: JavaScript's memory, downloaded whole and
+// checked) before the file is on disk: when reads expect that block (br_file_expect), the reads waiting
+// for it, and those after, are answered from that memory, no copy made, until br_revoke(key). Takes a
+// slot that holds nothing or a block a read has used. 1 when lent: the memory must then stay as it is
+// until br_revoke(key) returns.
+int br_lend(const char *key, const void *bytes, uint32_t len);
+// Ends the loan of block file `key` (nothing when none): waits for the replies being sent from it, and
+// no read uses the memory afterwards (a read of the block still on its way goes back to JavaScript).
+void br_revoke(const char *key);
 // Gives back every read of the mount `userdata` names that waits for a block (its session is ending).
 void br_release_waiting(void *userdata);
 

@@ -56,14 +56,14 @@ int br_may_wait(void *userdata);
 struct reg *br_find_reg(struct br_file *f, uint64_t block);
 uint32_t br_block_len(const struct br_file *f, uint64_t block);
 // Sends job `j` (a read of registered blocks) on: to the workers when none of its blocks is on its way
-// (or those that are are in memory already, br_offer), else parked on the first that is (or, where it
+// (or those that are are in memory already, br_lend), else parked on the first that is (or, where it
 // may not wait, given back). Under br_lock.
 void br_route_locked(struct job *j);
 // Whether block file `key` is in block memory, ready to answer from. Under br_lock.
 int br_in_memory_locked(const char *key);
 // Whether reads expect block file `key` on its way to disk (br_file_expect). Under br_lock.
 int br_expecting_locked(const char *key);
-// Block file `key` is in memory now (br_offer): the reads parked on it go on. Under br_lock.
-void br_offered_locked(const char *key);
+// Block file `key` is in memory now (br_lend): the reads parked on it go on. Under br_lock.
+void br_lent_locked(const char *key);
 // Gives back the reads parked longer than `max_ns`. Under br_lock.
 void br_expire_waiting_locked(uint64_t max_ns);

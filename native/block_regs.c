@@ -213,7 +213,7 @@ void br_landed(const char *key, uint32_t crc, uint32_t len) {
 
 int br_expecting_locked(const char *key) { return *find_expect(key) != NULL; }
 
-void br_offered_locked(const char *key) {
+void br_lent_locked(const char *key) {
   struct expect *e = *find_expect(key);
   if (!e) return;
   struct job *j = e->parked;

@@ -122,11 +122,10 @@ static napi_value block_landed(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// offerBlock(key, bytes): the whole, checked bytes of block file `key` (a Uint8Array over any memory,
-// shared memory included), before the file is on disk: copied into block memory when reads expect the
-// block, which are then answered from there (br_offer). True when taken. Any thread: a download worker
-// calls it where the bytes landed, so the main thread never touches them.
-static napi_value offer_block(napi_env env, napi_callback_info info) {
+// lendBlock(key, bytes): lends the whole, checked bytes of block file `key` (a Uint8Array) before the file
+// is on disk, when reads expect the block: they are answered from that memory (br_lend). True when lent:
+// the memory must stay as it is until revokeBlock(key).
+static napi_value lend_block(napi_env env, napi_callback_info info) {
   napi_value argv[2];
   args_of(env, info, 2, argv);
   char key[BR_KEY_LEN + 2];
@@ -136,12 +135,22 @@ static napi_value offer_block(napi_env env, napi_callback_info info) {
   bool typed = false;
   napi_typedarray_type type;
   if (!(napi_is_typedarray(env, argv[1], &typed) == napi_ok && typed && napi_get_typedarray_info(env, argv[1], &type, &len, &data, NULL, NULL) == napi_ok && type == napi_uint8_array) || len > UINT32_MAX) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: offerBlock wants a key and a Uint8Array");
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: lendBlock wants a key and a Uint8Array");
     return NULL;
   }
   napi_value out;
-  napi_get_boolean(env, br_offer(key, data, (uint32_t)len), &out);
+  napi_get_boolean(env, br_lend(key, data, (uint32_t)len), &out);
   return out;
+}
+
+// revokeBlock(key): ends the loan of block file `key`; once it returns, nothing reads that memory.
+static napi_value revoke_block(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  char key[BR_KEY_LEN + 2];
+  if (!key_arg(env, argv[0], key)) return NULL;
+  br_revoke(key);
+  return NULL;
 }
 
 // addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
@@ -229,7 +238,7 @@ static napi_value start_native_reads(napi_env env, napi_callback_info info) {
   return out;
 }
 
-// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs, waited, offered]
+// nativeStats(): [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory, blockHits, blockHitBytes, readNs, waited, lent]
 static napi_value native_stats(napi_env env, napi_callback_info info) {
   (void)info;
   uint64_t s[BR_NSTATS];
@@ -268,7 +277,8 @@ int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("addBlocks", add_blocks);
   EXPORT("expectBlock", expect_block);
   EXPORT("blockLanded", block_landed);
-  EXPORT("offerBlock", offer_block);
+  EXPORT("lendBlock", lend_block);
+  EXPORT("revokeBlock", revoke_block);
   EXPORT("dropBlocks", drop_blocks);
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);

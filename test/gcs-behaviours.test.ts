@@ -181,7 +181,7 @@ describe("an object whose bytes do not match GCS's CRC32C", () => {
       const counters = (await mountStats(m.path)).counters;
       expect(counters.object_crc_mismatches).toBe(media);
       // Bytes failing GCS's CRC32C are never handed to the native path's memory either.
-      expect(counters.native_blocks_offered ?? 0).toBe(0);
+      expect(counters.native_blocks_lent ?? 0).toBe(0);
       // Right again (same version): read whole and right, once.
       await fsp.writeFile(file, good);
       expect((await run('touch', ['-r', ref, file])).code).toBe(0);

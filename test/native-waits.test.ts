@@ -47,10 +47,10 @@ describe('reads of blocks on their way to disk', () => {
       expect(got.hashes).toEqual(data.map(sha256));
       for (let i = 0; i < FILES; i++) expect(mediaOf(name(i)).length, name(i)).toBe(1);
       const s = await mountStats(m.path);
-      console.log('waits', JSON.stringify({ waited: s.counters.native_reads_waited, offered: s.counters.native_blocks_offered, native: s.counters.native_reads, fallbacks: s.counters.native_fallbacks, jsReads: s.fuseOps.read?.count }));
+      console.log('waits', JSON.stringify({ waited: s.counters.native_reads_waited, lent: s.counters.native_blocks_lent, native: s.counters.native_reads, fallbacks: s.counters.native_fallbacks, jsReads: s.fuseOps.read?.count }));
       expect(s.counters.native_reads_waited).toBeGreaterThan(0);
       // The download workers hand the files' bytes to the addon as they land: the waits end there.
-      expect(s.counters.native_blocks_offered).toBeGreaterThan(0);
+      expect(s.counters.native_blocks_lent).toBeGreaterThan(0);
       expect(s.counters.native_fallbacks ?? 0).toBe(0);
       // Only the files read before the folder's walk began (its first two or three) are read in JavaScript.
       expect(s.fuseOps.read?.count ?? 0).toBeLessThanOrEqual(12);
@@ -75,10 +75,10 @@ describe('reads of blocks on their way to disk', () => {
       const s = await mountStats(m.path);
       const jsReads = s.fuseOps.read?.count ?? 0;
       const native = s.counters.native_reads ?? 0;
-      console.log('sequential', JSON.stringify({ native, waited: s.counters.native_reads_waited, offered: s.counters.native_blocks_offered, fallbacks: s.counters.native_fallbacks, jsReads }));
+      console.log('sequential', JSON.stringify({ native, waited: s.counters.native_reads_waited, lent: s.counters.native_blocks_lent, fallbacks: s.counters.native_fallbacks, jsReads }));
       expect(s.counters.native_reads_waited).toBeGreaterThan(0);
-      expect(s.counters.native_blocks_offered).toBeGreaterThan(0);
-      expect((await run(GCSMOUNT, ['stats', m.path])).stdout).toContain(`(blocks taken from their download ${s.counters.native_blocks_offered!.toLocaleString('en-US')})`);
+      expect(s.counters.native_blocks_lent).toBeGreaterThan(0);
+      expect((await run(GCSMOUNT, ['stats', m.path])).stdout).toContain(`(blocks lent from their download ${s.counters.native_blocks_lent!.toLocaleString('en-US')})`);
       expect(s.counters.native_fallbacks ?? 0).toBe(0);
       // Without the hand-off every read is JavaScript's (native 0).
       expect(native).toBeGreaterThan(1.5 * jsReads);

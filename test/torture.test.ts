@@ -16,11 +16,11 @@ describe('the differential torture test (short run)', () => {
     expect(report.restarts).toBeGreaterThanOrEqual(1);
     expect(report.latencySpikes).toBeGreaterThan(0);
     // Sweepers of a chunk folder opened files the prefetch still had on their way: reads waited in the
-    // addon for blocks to land, or to be handed over by the download, under the same faults,
+    // addon for blocks to land, or for the download's memory to be lent, under the same faults,
     // replacements, eviction and SIGKILLs.
     expect(report.native.reads).toBeGreaterThan(0);
     expect(report.native.waited).toBeGreaterThan(0);
-    expect(report.native.offered).toBeGreaterThan(0);
+    expect(report.native.lent).toBeGreaterThan(0);
     // The injected faults (~14% of requests) must all be retried away: no request given up on but for
     // a replaced generation, and no failed read that a restart or a replacement does not explain.
     expect(report.daemonDeaths).toEqual([]);

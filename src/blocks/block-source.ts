@@ -80,10 +80,11 @@ export class BlockSource {
    */
   preloadAhead: ((row: BlockRow) => void) | null = null;
   /**
-   * Set by the native read path: each block downloaded is offered to its memory where it lands (by the
-   * download worker), so reads waiting for the block in the addon need not wait for its file.
+   * Set by the native read path: each block going to disk is lent to it while it is written (named by
+   * its block file key), so reads waiting for it in the addon are answered from the download's memory
+   * rather than waiting for the file. It keeps a reference of its own while it uses the block.
    */
-  offersToNative = false;
+  lendAhead: ((fileKey: string, block: BlockData) => void) | null = null;
   private readonly blocks = new Map<string, Pending>();
   private readonly wholes = new Map<string, Pending>();
   /** Loads of byte ranges kept apart from blocks (getRange). */
@@ -296,8 +297,7 @@ export class BlockSource {
     }
     // Memory first, then a download slot: a read waiting for memory holds no slot others could use.
     const lease = await this.leaseFor(end - start, priority, memory);
-    const offer = this.offerKey(meta, index);
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate, lease, offer));
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate, lease));
     pending.ticket = ticket;
     const { block, crc32c } = await result;
     this.stored(meta, index, block, crc32c, priority === 'prefetch' ? pending.rate : null);
@@ -326,9 +326,7 @@ export class BlockSource {
 
   private async loadWhole(meta: ObjectMeta, priority: Priority, memory: MemoryWait, pending: Pending): Promise<BlockData> {
     const lease = await this.leaseFor(meta.size, priority, memory);
-    // An object of one block is that block.
-    const offer = meta.size <= this.blockSize ? this.offerKey(meta, 0) : null;
-    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate, lease, offer));
+    const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate, lease));
     pending.ticket = ticket;
     const { block: data } = await result;
     for (let i = 0; i * this.blockSize < meta.size; i++) {
@@ -357,6 +355,9 @@ export class BlockSource {
     if (!this.deps.disk || this.writing.has(id)) return;
     const ref = block.retain();
     this.writing.set(id, ref);
+    // Checked already (a whole object against GCS's CRC32C), and the reads a lender serves are answered
+    // from these bytes until the block lands: they never change while `ref` holds them.
+    this.lendAhead?.(blockFileKey(key), ref);
     const disk = this.deps.disk;
     // Nobody awaits this chain: a failure in it is logged here, never left to end the process.
     void disk.write(key, ref.bytes, ref.directCapacity, crc32c, () => this.land(id, key)).finally(() => {
@@ -397,11 +398,6 @@ export class BlockSource {
     return adopted;
   }
 
-  /** The block file name a download of block `index` is offered to the native read path's memory under, if it takes offers. */
-  private offerKey(meta: ObjectMeta, index: number): string | null {
-    return this.offersToNative && this.deps.disk ? blockFileKey(this.diskKey(meta, index)) : null;
-  }
-
   private diskKey(meta: ObjectMeta, index: number): BlockKey {
     return { bucket: this.deps.client.bucket, object: meta.name, generation: meta.generation, block: index, blockSize: this.blockSize };
   }
@@ -421,14 +417,12 @@ export class BlockSource {
    * range's own CRC32C is returned when a download worker computed it where the bytes landed (the block
    * cache's index keeps that instead of hashing the block again on the main thread); null otherwise.
    */
-  private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority, lease: BlockData, offerKey: string | null = null): Promise<{ block: BlockData; crc32c: number | null }> {
+  private async fetch(meta: ObjectMeta, start: number, end: number, priority: ReadPriority, lease: BlockData): Promise<{ block: BlockData; crc32c: number | null }> {
     const whole = start === 0 && end === meta.size && meta.crc32c !== null;
-    // The whole object's bytes are offered only once they match GCS's CRC32C (the worker compares).
-    const offer = offerKey === null ? undefined : { key: offerKey, crc32c: whole ? Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0) : null };
     try {
       for (let attempt = 1; ; attempt++) {
         // A download worker hashes the object where its body landed, off the main thread.
-        const hash: RangeHash = { crc32c: null, offer };
+        const hash: RangeHash = { crc32c: null };
         const data = await this.deps.client.readRange(meta, start, end, lease.bytes, priority, hash);
         if (!whole) return { block: lease, crc32c: hash.crc32c };
         const expected = Buffer.from(meta.crc32c!, 'base64').readUInt32BE(0);

@@ -97,6 +97,6 @@ export function wireBlocks(opts: MountOptions, deps: BlockWiringDeps, undo: (() 
   const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   // Reads of blocks already on disk are answered by native workers, without JavaScript.
-  const native = disk ? NativeReads.start({ fuse, blocks, disk, metrics, log }) : null;
+  const native = disk ? NativeReads.start({ fuse, blocks, disk, metrics, log, memory }) : null;
   return { blockSize, scheduler, budget, memory, buffers, prefetchStore, blocks, native };
 }

@@ -178,10 +178,18 @@ export interface FuseAddon {
    */
   blockLanded(key: string, crc: number, length: number): void;
   /**
+   * Lends `bytes`, the whole and checked block file `key` on its way to disk, when reads in the addon
+   * expect it: they are answered from this memory. True when lent: `bytes` must then stay unchanged
+   * until revokeBlock(key) returns.
+   */
+  lendBlock(key: string, bytes: Buffer): boolean;
+  /** Ends a loan: waits for the replies being sent from it; nothing reads the memory afterwards. */
+  revokeBlock(key: string): void;
+  /**
    * Since the process started: [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory,
-   * blockHits, blockHitBytes, readNs, waited, offered] (hits: loaded blocks a read was answered from;
-   * waited: reads that waited for a block on its way to disk; offered: such blocks taken into memory from
-   * their download, by a download worker's offerBlock, which this interface does not carry).
+   * blockHits, blockHitBytes, readNs, waited, lent] (hits: loaded blocks a read was answered from;
+   * waited: reads that waited for a block on its way to disk; lent: such blocks answered from their
+   * download's memory, lendBlock).
    */
   nativeStats(): number[];
   /**

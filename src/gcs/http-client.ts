@@ -235,7 +235,7 @@ export class HttpObjectClient implements WritableObjectClient {
       try {
         const rangeHeaders = { ...headers, range: `bytes=${start + done}-${end - 1}`, 'accept-encoding': 'gzip' };
         // The attempt that completes the range hashes all of it, earlier attempts' bytes included.
-        if (this.workers) await this.workers.receive(path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got, hash ? out : null, hash?.offer ?? null);
+        if (this.workers) await this.workers.receive(path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got, hash ? out : null);
         else await receiveRange(this.media, path, rangeHeaders, start + done, object.size, out.subarray(done), what, limits, got);
       } finally {
         done += got.bytes;

@@ -71,13 +71,6 @@ export interface ObjectClient {
 /** Filled by readRange when it computed the bytes' CRC32C on the way. */
 export interface RangeHash {
   crc32c: number | null;
-  /**
-   * Offered to the addon's block memory (native/block_reads.c's br_offer) by the download worker the
-   * bytes landed on, once they are whole and hashed (and, with `crc32c` given, only when they match it):
-   * reads waiting for block file `key` are answered from there before it is on disk. Never from the
-   * calling thread: with no worker, nothing is offered.
-   */
-  offer?: { key: string; crc32c: number | null };
 }
 
 /**

@@ -36,8 +36,6 @@ export interface RangeJob {
    * attempts' bytes included), computed on the worker so that the main thread need not hash them.
    */
   crcOf: { offset: number; length: number } | null;
-  /** Once crcOf's bytes are whole and hashed (and match `crc32c` when given): offered to the addon under `key`. */
-  offer: { key: string; crc32c: number | null } | null;
 }
 
 /** What the attempt did beside its bytes, replayed on the main thread: stall observations, counters, warnings. */

@@ -4,7 +4,6 @@
 // upload request sent from shared chunk memory (the socket's copy, and TLS where there is TLS).
 import { parentPort, workerData } from 'node:worker_threads';
 import { crc32c } from '../crc32c.js';
-import { optionalAddon } from '../native-addon.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
 import { serializeError, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
@@ -12,8 +11,6 @@ import { serializeError, type RangeJob, type RangeReply, type SendJob, type Send
 const setup = workerData as WorkerSetup;
 const pool = dispatcherFor(setup.origin, setup.poolOptions, setup.proxy);
 const port = parentPort!;
-/** The addon's block memory takes bytes from here (native/native_path.c's offerBlock), if it loaded. */
-const offerBlock = optionalAddon().offerBlock as ((key: string, bytes: Uint8Array) => boolean) | undefined;
 
 async function run(job: RangeJob): Promise<RangeReply> {
   const events: WorkerEvent[] = [];
@@ -31,12 +28,7 @@ async function run(job: RangeJob): Promise<RangeReply> {
   const got = { bytes: 0 };
   try {
     await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got);
-    const hashed = job.crcOf ? Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length) : null;
-    const crc = hashed ? crc32c(hashed) : null;
-    // Only a range received whole (the main thread's own check on the reply), and before the reply: the
-    // main thread may reuse this memory once it has it.
-    const whole = got.bytes === job.length;
-    if (hashed && whole && job.offer && offerBlock && (job.offer.crc32c === null || job.offer.crc32c === crc)) offerBlock(job.offer.key, hashed);
+    const crc = job.crcOf ? crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length)) : null;
     return { kind: 'range', id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
   } catch (err) {
     return { kind: 'range', id: job.id, bytes: got.bytes, events, error: serializeError(err), crc32c: null };

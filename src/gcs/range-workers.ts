@@ -85,9 +85,8 @@ export class RangeWorkers {
   /**
    * `crcOf`: a view of the same shared memory, ending where `out` ends, whose CRC32C the worker computes
    * once the body has landed (got.crc32c); not on the calling thread, where got.crc32c stays unset.
-   * `offer`: those bytes, once whole and hashed, are offered to the addon's block memory (RangeHash.offer).
    */
-  receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: ReceivedRange, crcOf: Buffer | null = null, offer: RangeJob['offer'] = null): Promise<void> {
+  receive(path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: ReceivedRange, crcOf: Buffer | null = null): Promise<void> {
     const slot = this.pick();
     if (!(out.buffer instanceof SharedArrayBuffer) || !slot) return receiveRange(this.local, path, headers, start, objectSize, out, what, limits, got);
     const crcRange = crcOf && crcOf.buffer === out.buffer ? { offset: crcOf.byteOffset, length: crcOf.length } : null;
@@ -106,7 +105,6 @@ export class RangeWorkers {
       stallMs: limits.stallMs,
       deadlineEpochMs: mainPerformance.timeOrigin + limits.deadlineAt,
       crcOf: crcRange,
-      offer: crcRange ? offer : null,
     };
     return new Promise((resolve, reject) => {
       const answered = (reply: WorkerReply): void => {

@@ -31,7 +31,7 @@ async function main(): Promise<number> {
   if (args.includes('--schedules-only')) return schedules;
   const report = await runTorture({ seconds, readers: num('--readers', 6), sweepers: num('--sweepers', 2), objects: num('--objects', 16), seed, log: (l) => process.stderr.write(`${l}\n`) });
   process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements; native reads ${report.native.reads} (${report.native.waited} waited for their block, ${report.native.offered} blocks taken from their download, ${report.native.fallbacks} given back)\n`);
+  process.stdout.write(`${report.reads} reads, ${(report.bytesCompared / 2 ** 20).toFixed(0)} MiB compared, ${report.errors} errors (${report.unexplainedErrors} unexplained), ${report.mismatches} mismatches, ${report.restarts} restarts, ${report.replacements} replacements; native reads ${report.native.reads} (${report.native.waited} waited for their block, ${report.native.lent} blocks lent from their download, ${report.native.fallbacks} given back)\n`);
   const writes = await writeDifferentials(seconds, seed);
   return report.mismatches === 0 && schedules === 0 && writes === 0 ? 0 : 1;
 }

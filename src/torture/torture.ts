@@ -55,10 +55,10 @@ export interface TortureReport {
   /**
    * The daemons' native read path, summed over each daemon's life (read by `gcsmount stats` before each
    * SIGKILL and at the end): reads answered by the addon, those that waited there for a block on its way
-   * to disk, the blocks it took from their download for such reads, and the reads it gave back to
+   * to disk, the blocks whose reads it answered from the download's memory (lent until the file landed), and the reads it gave back to
    * JavaScript.
    */
-  native: { reads: number; waited: number; offered: number; fallbacks: number };
+  native: { reads: number; waited: number; lent: number; fallbacks: number };
   mismatchSamples: string[];
   /** Where the daemons' log was kept when a read was wrong or failed unexplained (else null: removed). */
   keptLog: string | null;
@@ -160,7 +160,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     port: 0,
     knobs: { rate429: 0.05, rate503: 0.03, resetRate: 0.03, shortBodyRate: 0.03, seed: opts.seed },
   });
-  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, native: { reads: 0, waited: 0, offered: 0, fallbacks: 0 }, mismatchSamples: [], keptLog: null };
+  const report: TortureReport = { reads: 0, bytesCompared: 0, mismatches: 0, errors: 0, errorCodes: {}, unexplainedErrors: 0, unexplainedSamples: [], daemonDeaths: [], gcsGaveUp: 0, unverifiable: 0, faultsInjected: {}, replacements: 0, restarts: 0, latencySpikes: 0, pageCacheDrops: 0, native: { reads: 0, waited: 0, lent: 0, fallbacks: 0 }, mismatchSamples: [], keptLog: null };
 
   let daemon: ChildProcess | null = null;
   const logFile = join(dir, 'gcsmount.log');
@@ -200,7 +200,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     if (!stats) return;
     report.native.reads += stats.counters.native_reads ?? 0;
     report.native.waited += stats.counters.native_reads_waited ?? 0;
-    report.native.offered += stats.counters.native_blocks_offered ?? 0;
+    report.native.lent += stats.counters.native_blocks_lent ?? 0;
     report.native.fallbacks += stats.counters.native_fallbacks ?? 0;
   };
 
