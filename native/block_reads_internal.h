@@ -1,4 +1,4 @@
-// What block_reads.c (block memory, workers) and block_regs.c (open files, their registered blocks and
+// What block_reads.c (workers), block_slots.c (block memory) and block_regs.c (open files, their registered blocks and
 // the blocks on their way to disk) share. Everything marked "under br_lock" is guarded by that one lock.
 #pragma once
 #include "block_reads.h"
@@ -10,6 +10,23 @@
 #define MAX_SPAN 4  // blocks one read may span (a 1 MiB read spans at most 2 of 1 MiB or more)
 
 extern pthread_mutex_t br_lock;
+
+enum slot_state { EMPTY, LOADING, READY, FAILED };
+
+// One block in memory (block_slots.c): loaded from its file and checked, or lent by JavaScript.
+struct slot {
+  char key[BR_KEY_LEN + 1];
+  int state;
+  int reason; // why, when FAILED
+  uint32_t len;
+  char *buf;  // block_size rounded up to ALIGN (alloc_buf); NULL until first used
+  int refs;   // readers between acquire and release; a slot with refs is never reused
+  int touched; // read since the last br_maintain
+  int served;  // a read was answered from this load (counted once as a cache hit)
+  int lent;    // buf is JavaScript's memory (br_lend), answered from until br_revoke; never a cache hit
+  char *own;   // while lent: this slot's own memory (or NULL), back in buf once revoked
+  uint64_t used_ns;
+};
 
 struct reg {
   uint64_t block; // UINT64_MAX: unused
@@ -48,6 +65,22 @@ struct job {
 
 uint64_t br_now_ns(void);
 void br_count(enum br_stat s, uint64_t n);
+void br_count_down(enum br_stat s);
+
+// Block memory (block_slots.c). br_slots_init: the slots for `cfg`, 0 or -1 (then nothing is held);
+// br_slots_ready: workers run, loans may be taken.
+int br_slots_init(const struct br_config *cfg);
+void br_slots_free(void);
+void br_slots_ready(void);
+// The block in memory, checked, with a reference br_release lets go; NULL and *reason otherwise.
+// `for_read`: a read will be answered from it; `preload`: only into memory no unread block holds.
+struct slot *br_acquire(const struct reg *r, uint32_t len, int for_read, int preload, int *reason);
+void br_release(struct slot *s);
+// Whether a slot holds (or is loading) block file `key`. Under br_lock.
+int br_slot_known_locked(const char *key);
+// Keys of blocks read since the last call (for the index's access times), then frees the memory of
+// slots unused since `cutoff_ns`; returns the count. Under br_lock.
+unsigned br_slots_maintain_locked(char (*out)[BR_KEY_LEN + 1], unsigned max, uint64_t cutoff_ns);
 // Queues a job for the workers. Under br_lock.
 void br_enqueue_locked(struct job *j);
 // Whether a read of the mount `userdata` names may wait for a block (not once its session ends).

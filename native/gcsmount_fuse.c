@@ -91,7 +91,7 @@ static int aligned_span(napi_env env, napi_callback_info info, uintptr_t align, 
 // part of the memory; returns the bytes advised (0 where refused). For JavaScript's block buffers, which
 // GCS downloads are copied into, O_DIRECT writes pin and FUSE replies pin and copy from: per 4 KiB page
 // the pinning cost as much as a third of the kernel's time on a cold read, and first touches fault per
-// page (the native path's own memory does the same, block_reads.c).
+// page (the native path's own memory does the same, block_slots.c).
 static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
   uintptr_t from, to;
   if (!aligned_span(env, info, (uintptr_t)2 << 20, "adviseHugePages", &from, &to)) return NULL;
