@@ -122,9 +122,9 @@ static napi_value block_landed(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// lendBlock(key, bytes): lends the whole, checked bytes of block file `key` (a Uint8Array) before the file
-// is on disk, when reads expect the block: they are answered from that memory (br_lend). True when lent:
-// the memory must stay as it is until revokeBlock(key).
+// lendBlock(key, bytes): lends the whole, checked bytes of block file `key` (a Buffer) before the file is
+// on disk, when reads expect the block: they are answered from that memory (br_lend). True when lent: the
+// memory must stay as it is until revokeBlock(key).
 static napi_value lend_block(napi_env env, napi_callback_info info) {
   napi_value argv[2];
   args_of(env, info, 2, argv);
@@ -132,10 +132,8 @@ static napi_value lend_block(napi_env env, napi_callback_info info) {
   if (!key_arg(env, argv[0], key)) return NULL;
   void *data = NULL;
   size_t len = 0;
-  bool typed = false;
-  napi_typedarray_type type;
-  if (!(napi_is_typedarray(env, argv[1], &typed) == napi_ok && typed && napi_get_typedarray_info(env, argv[1], &type, &len, &data, NULL, NULL) == napi_ok && type == napi_uint8_array) || len > UINT32_MAX) {
-    napi_throw_type_error(env, NULL, "gcsmount_fuse: lendBlock wants a key and a Uint8Array");
+  if (napi_get_buffer_info(env, argv[1], &data, &len) != napi_ok || len > UINT32_MAX) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: lendBlock wants a key and a Buffer");
     return NULL;
   }
   napi_value out;

@@ -53,10 +53,10 @@ export interface TortureReport {
   latencySpikes: number;
   pageCacheDrops: number;
   /**
-   * The daemons' native read path, summed over each daemon's life (read by `gcsmount stats` before each
-   * SIGKILL and at the end): reads answered by the addon, those that waited there for a block on its way
-   * to disk, the blocks whose reads it answered from the download's memory (lent until the file landed), and the reads it gave back to
-   * JavaScript.
+   * The daemons' native read path, summed over each daemon's life (asked of its control socket before
+   * each SIGKILL and at the end): reads answered by the addon, those that waited there for a block on its
+   * way to disk, the blocks whose reads it answered from the download's memory (lent until the file
+   * landed), and the reads it gave back to JavaScript.
    */
   native: { reads: number; waited: number; lent: number; fallbacks: number };
   mismatchSamples: string[];
