@@ -25,6 +25,7 @@
 
 #include <malloc.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -62,6 +63,32 @@ static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   }
   napi_value out;
   napi_create_uint32(env, crc32c((uint32_t)num(env, argv[1]), data, len), &out);
+  return out;
+}
+
+// copyCrc32c(source, from, to, target, at, crc): copies source[from, to) to target[at...] and returns the
+// CRC32C of those bytes continued from `crc`. For a download worker's body chunks: V8 copies into shared
+// memory (the block buffers) word by word with relaxed atomics, and a CRC pass over the whole block
+// after it landed reads it back from memory; here both happen while the chunk is in the cache.
+static napi_value copy_crc32c(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  args_of(env, info, 6, argv);
+  void *src = NULL, *dst = NULL;
+  size_t src_len = 0, dst_len = 0;
+  if (napi_get_buffer_info(env, argv[0], &src, &src_len) != napi_ok || napi_get_buffer_info(env, argv[3], &dst, &dst_len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "gcsmount_fuse: copyCrc32c(source, from, to, target, at, crc) wants two Buffers");
+    return NULL;
+  }
+  double from = num(env, argv[1]), to = num(env, argv[2]), at = num(env, argv[4]);
+  if (!(from >= 0 && from <= to && to <= (double)src_len && at >= 0 && at + (to - from) <= (double)dst_len)) {
+    napi_throw_range_error(env, NULL, "gcsmount_fuse: copyCrc32c: a range outside its buffer");
+    return NULL;
+  }
+  const char *from_p = (const char *)src + (size_t)from;
+  size_t n = (size_t)(to - from);
+  memcpy((char *)dst + (size_t)at, from_p, n);
+  napi_value out;
+  napi_create_uint32(env, crc32c((uint32_t)num(env, argv[5]), from_p, n), &out);
   return out;
 }
 
@@ -124,6 +151,7 @@ static napi_value trim_malloc(napi_env env, napi_callback_info info) {
 
 static int process_exports(napi_env env, napi_value exports) {
   EXPORT("crc32c", crc32c_js);
+  EXPORT("copyCrc32c", copy_crc32c);
   EXPORT("raiseFileLimit", raise_file_limit);
   EXPORT("adviseHugePages", advise_huge_pages);
   EXPORT("discardMemory", discard_memory);

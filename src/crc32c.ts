@@ -16,6 +16,24 @@ function load(): Crc32c {
 
 export const crc32c: Crc32c = load();
 
+type CopyCrc32c = (source: Buffer, from: number, to: number, target: Buffer, at: number, crc: number) => number;
+
+/**
+ * Copies source[from, to) to target[at...] and returns the CRC32C of those bytes continued from `crc`:
+ * the addon's memcpy and hash while the bytes are in the cache (a download worker's body chunks, into
+ * shared block memory, which V8 copies into word by word). Without the addon, Buffer.copy and crc32c.
+ */
+function loadCopy(): CopyCrc32c {
+  const native = optionalAddon().copyCrc32c;
+  if (typeof native === 'function') return native as CopyCrc32c;
+  return (source, from, to, target, at, crc) => {
+    source.copy(target, at, from, to);
+    return crc32c(source.subarray(from, to), crc);
+  };
+}
+
+export const copyCrc32c: CopyCrc32c = loadCopy();
+
 /** CRC32C's polynomial, reflected. */
 const POLY = 0x82f63b78;
 

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import { copyCrc32c } from '../crc32c.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { StalledError, watchSilence, type AttemptLimits } from './attempt-limits.js';
@@ -21,9 +22,10 @@ export interface RangeConnection {
 /**
  * One range GET whose body is copied straight into `out` as it arrives; resolves with the bytes copied.
  * undici's dispatch API rather than `request()`: a readable stream and its events per 64 KiB chunk were
- * a measured share of the CPU that a cold sequential read costs.
+ * a measured share of the CPU that a cold sequential read costs. `hashed`: the CRC32C of the bytes
+ * copied so far, kept as each chunk is copied (by the addon, while the chunk is in the cache).
  */
-export function receiveRange(conn: RangeConnection, path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }): Promise<void> {
+export function receiveRange(conn: RangeConnection, path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }, hashed: { crc32c: number } | null = null): Promise<void> {
   const stall = conn.stall;
   return new Promise((resolve, reject) => {
     let status = 0;
@@ -92,7 +94,7 @@ export function receiveRange(conn: RangeConnection, path: string, headers: Recor
             if (errorText.length < ERROR_BODY_LIMIT) errorText += chunk.toString('utf8');
             return;
           }
-          copyWindow(chunk, seen, skip, out, got);
+          copyWindow(chunk, seen, skip, out, got, hashed);
           seen += chunk.length;
           if (got.bytes === out.length && status === 200) {
             settle(null);
@@ -143,13 +145,14 @@ function stalled(conn: RangeConnection, what: string, silentMs: number, received
 
 /**
  * Copies the bytes of `chunk`, which starts `seen` bytes into the body, that fall in the window `skip`
- * bytes into it, to `out` after the `got.bytes` already there (as many as fit).
+ * bytes into it, to `out` after the `got.bytes` already there (as many as fit), hashing them into
+ * `hashed` when given.
  */
-function copyWindow(chunk: Buffer, seen: number, skip: number, out: Buffer, got: { bytes: number }): void {
+function copyWindow(chunk: Buffer, seen: number, skip: number, out: Buffer, got: { bytes: number }, hashed: { crc32c: number } | null): void {
   const from = Math.max(0, skip - seen);
   const take = Math.min(chunk.length - from, out.length - got.bytes);
-  if (take > 0) {
-    chunk.copy(out, got.bytes, from, from + take);
-    got.bytes += take;
-  }
+  if (take <= 0) return;
+  if (hashed) hashed.crc32c = copyCrc32c(chunk, from, from + take, out, got.bytes, hashed.crc32c);
+  else chunk.copy(out, got.bytes, from, from + take);
+  got.bytes += take;
 }

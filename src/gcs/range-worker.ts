@@ -26,9 +26,12 @@ async function run(job: RangeJob): Promise<RangeReply> {
   const out = Buffer.from(job.memory, job.offset, job.length);
   const deadlineAt = job.deadlineEpochMs - performance.timeOrigin;
   const got = { bytes: 0 };
+  // The range's hash is kept as its chunks are copied when this attempt covers all of it (a first
+  // attempt); one that resumes a cut one hashes the whole range once its bytes are in.
+  const hashed = job.crcOf && job.crcOf.offset === job.offset && job.crcOf.length === job.length ? { crc32c: 0 } : null;
   try {
-    await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got);
-    const crc = job.crcOf ? crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length)) : null;
+    await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got, hashed);
+    const crc = !job.crcOf ? null : hashed && got.bytes === job.length ? hashed.crc32c : crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length));
     return { kind: 'range', id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
   } catch (err) {
     return { kind: 'range', id: job.id, bytes: got.bytes, events, error: serializeError(err), crc32c: null };
