@@ -59,12 +59,16 @@ interface Pending {
 }
 
 /**
- * Blocks of followed shards kept in memory after their readers let go (see RecentBlocks): an eighth of
- * the memory budget, at most 512 MiB. 16 blocks were too few for 16 readers of shards, who drift apart
- * as their processes start (a warm epoch still loaded each block two to three times from disk).
+ * Blocks of followed shards kept in memory after their readers let go (see RecentBlocks): a quarter of
+ * the memory budget, at most 1 GiB. 16 blocks were too few for 16 readers of shards, who drift apart
+ * as their processes start (a warm epoch still loaded each block two to three times from disk); an
+ * eighth (340 MiB at the 2-core bench machine's default budget) was too few for a shuffled loader of a
+ * 422 MB array, whose warm epoch read 101-129 blocks back from disk (1 with a quarter: 2.33-2.60 s ->
+ * 1.97-2.19 s). Only followed shards' blocks are kept, the budget takes them back first when a read
+ * waits, and idle ones go after 10 s.
  */
-const RECENT_SHARE = 1 / 8;
-const RECENT_MAX_BYTES = 512 * 2 ** 20;
+const RECENT_SHARE = 1 / 4;
+const RECENT_MAX_BYTES = 1024 * 2 ** 20;
 
 /**
  * Where every open file gets its blocks: the disk cache when it has them, otherwise GCS through the
