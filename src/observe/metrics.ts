@@ -120,7 +120,7 @@ export const GAUGES = {
   memory_waiting: 'reads waiting for memory now',
   memory_waiting_bytes: 'bytes those reads wait for',
   memory_block_buffers_resident_bytes: 'bytes of block buffers in memory: in use, and kept for reuse (given back after 2 s unused)',
-  memory_recent_blocks_bytes: 'bytes of blocks of followed Zarr shards kept in memory after their readers let go (at most a quarter of the memory limit, 1 GiB; given back first when a read waits for memory, and after 10 s unused)',
+  memory_recent_blocks_bytes: 'bytes of blocks of followed Zarr shards kept in memory after their readers let go (at most a quarter of the block memory budget, 1 GiB; given back first when a read waits for memory, and after 10 s unused)',
   memory_listing_bytes: 'bytes of directory listings held (accounted with the memory budget, limited by --stat-cache-max-size-mb)',
   native_block_buffers: 'block-sized buffers the native read path holds (blocks read from disk and checked; freed after 30 s unused)',
   open_files: 'files open through the mount',
