@@ -20,10 +20,10 @@ const OBJECT = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 251));
 const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
 
 /** How the fake server answers a ranged GET. */
-let mode: 'honest' | 'shifted' | 'whole' | 'hang' = 'honest';
+let mode: 'honest' | 'shifted' | 'whole' | 'hang' | 'chunked' = 'honest';
 let requests = 0;
 
-function client(url: string, downloadWorkers = 0): HttpObjectClient {
+function client(url: string, downloadWorkers = 0, metrics = new Metrics()): HttpObjectClient {
   return new HttpObjectClient({
     downloadWorkers,
     endpoint: { origin: url, custom: true },
@@ -34,7 +34,7 @@ function client(url: string, downloadWorkers = 0): HttpObjectClient {
     retry: { maxAttempts: 3, baseDelayMs: 1, multiplier: 2, maxDelayMs: 5 },
     concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
     log: silentLogger,
-    metrics: new Metrics(),
+    metrics,
   });
 }
 
@@ -50,6 +50,13 @@ describe('range GETs into a caller buffer', () => {
       if (mode === 'whole') {
         res.writeHead(200, { 'content-length': OBJECT.length });
         res.end(OBJECT);
+        return;
+      }
+      if (mode === 'chunked') {
+        // No Content-Length: Node frames the body in chunks.
+        res.writeHead(206, { 'content-range': `bytes ${start}-${end}/${OBJECT.length}` });
+        res.write(OBJECT.subarray(start, start + 100));
+        res.end(OBJECT.subarray(start + 100, end + 1));
         return;
       }
       if (mode === 'hang') {
@@ -114,6 +121,23 @@ describe('range GETs into a caller buffer', () => {
     expect(requests).toBe(1);
     await c.close();
   });
+  it('on a download worker, a range body framed in chunks is read through undici (the worker\'s own reader takes only Content-Length)', async () => {
+    const metrics = new Metrics();
+    const c = client(url, 1, metrics);
+    const into = Buffer.from(new SharedArrayBuffer(30_000)).fill(0xee);
+    mode = 'chunked';
+    requests = 0;
+    const hash = { crc32c: null as number | null };
+    const got = await c.readRange(VERSION, 5_000, 25_000, into, undefined, hash);
+    expect(got.equals(OBJECT.subarray(5_000, 25_000))).toBe(true);
+    expect(hash.crc32c).toBe(crc32c(OBJECT.subarray(5_000, 25_000)));
+    // Refused by the worker's reader at its head, asked again through undici.
+    expect(requests).toBe(2);
+    expect(metrics.get('gcs_raw_fallbacks')).toBe(1);
+    mode = 'honest';
+    await c.close();
+  });
+
   it('a download worker that dies mid-body fails that attempt as transient: it is retried on the worker that replaces it', async () => {
     const c = client(url, 1);
     const into = Buffer.from(new SharedArrayBuffer(30_000));

@@ -119,7 +119,7 @@ export function receiveRange(conn: RangeConnection, path: string, headers: Recor
  * Why a response's body must not be used for the `length` bytes from `start` (another range, or not
  * the object's bytes), or null. Only a 206 or a 200 carries the bytes; other statuses are errors.
  */
-function wrongRangeOf(statusCode: number, resHeaders: Record<string, string | string[] | undefined>, start: number, length: number, objectSize: number): string | null {
+export function wrongRangeOf(statusCode: number, resHeaders: Record<string, string | string[] | undefined>, start: number, length: number, objectSize: number): string | null {
   if (statusCode === 206) {
     // Bytes of another range would be served as ours: the one check a 206 body cannot make itself.
     const sent = String(resHeaders['content-range'] ?? '');
@@ -137,7 +137,7 @@ function wrongRangeOf(statusCode: number, resHeaders: Record<string, string | st
 }
 
 /** A response cut for its silence: observed by the stall timeout, counted and logged. */
-function stalled(conn: RangeConnection, what: string, silentMs: number, received: number, status: number): void {
+export function stalled(conn: Pick<RangeConnection, 'stall' | 'metrics' | 'log'>, what: string, silentMs: number, received: number, status: number): void {
   conn.stall?.observe(silentMs);
   conn.metrics.inc('gcs_stalls');
   conn.log.warn({ what, silentMs: Math.round(silentMs), received, status }, 'GCS response stalled: cutting it and resuming by Range');
@@ -148,7 +148,7 @@ function stalled(conn: RangeConnection, what: string, silentMs: number, received
  * bytes into it, to `out` after the `got.bytes` already there (as many as fit), hashing them into
  * `hashed` when given.
  */
-function copyWindow(chunk: Buffer, seen: number, skip: number, out: Buffer, got: { bytes: number }, hashed: { crc32c: number } | null): void {
+export function copyWindow(chunk: Buffer, seen: number, skip: number, out: Buffer, got: { bytes: number }, hashed: { crc32c: number } | null): void {
   const from = Math.max(0, skip - seen);
   const take = Math.min(chunk.length - from, out.length - got.bytes);
   if (take <= 0) return;

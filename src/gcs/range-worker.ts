@@ -6,10 +6,16 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { crc32c } from '../crc32c.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
+import { RawPool } from './raw-pool.js';
+import { RawFramingError, receiveRangeRaw } from './raw-range.js';
 import { serializeError, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
 
 const setup = workerData as WorkerSetup;
 const pool = dispatcherFor(setup.origin, setup.poolOptions, setup.proxy);
+// Range bodies on sockets of this worker's own, read straight into block memory (raw-range.ts), except
+// through a proxy (undici speaks to those) or where the body's framing is not Content-Length.
+const { connections, keepAliveTimeout, headersTimeout, bodyTimeout, connect } = setup.poolOptions;
+const raw = setup.proxy.httpProxy || setup.proxy.httpsProxy ? null : new RawPool(setup.origin, { connections, keepAliveTimeout, headersTimeout, bodyTimeout, connect: typeof connect === 'object' && connect ? { timeout: connect.timeout ?? null } : {} });
 const port = parentPort!;
 
 async function run(job: RangeJob): Promise<RangeReply> {
@@ -30,7 +36,16 @@ async function run(job: RangeJob): Promise<RangeReply> {
   // attempt); one that resumes a cut one hashes the whole range once its bytes are in.
   const hashed = job.crcOf && job.crcOf.offset === job.offset && job.crcOf.length === job.length ? { crc32c: 0 } : null;
   try {
-    await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, { stallMs: job.stallMs, deadlineAt }, got, hashed);
+    const limits = { stallMs: job.stallMs, deadlineAt };
+    try {
+      if (!raw) throw new RawFramingError('no raw pool');
+      await receiveRangeRaw(raw, conn, job.path, job.headers, job.start, job.objectSize, out, job.what, limits, got, hashed);
+    } catch (err) {
+      // Nothing of that response landed: undici reads this one.
+      if (!(err instanceof RawFramingError)) throw err;
+      if (raw) conn.metrics.inc('gcs_raw_fallbacks');
+      await receiveRange(conn, job.path, job.headers, job.start, job.objectSize, out, job.what, limits, got, hashed);
+    }
     const crc = !job.crcOf ? null : hashed && got.bytes === job.length ? hashed.crc32c : crc32c(Buffer.from(job.memory, job.crcOf.offset, job.crcOf.length));
     return { kind: 'range', id: job.id, bytes: got.bytes, events, error: null, crc32c: crc };
   } catch (err) {

@@ -15,6 +15,7 @@ export const COUNTERS = {
   gcs_rate_wait_ms: 'milliseconds GCS requests spent waiting for request-rate tokens, in all',
   gcs_rate_cuts: 'cuts of the request rate on a 429 (one per overload)',
   gcs_stalls: 'GCS responses cut for staying silent longer than the stall timeout',
+  gcs_raw_fallbacks: 'range responses a download worker could not read into block memory itself (a body not framed by Content-Length), read through undici instead',
   gcs_resumed_reads: 'range GETs resumed by Range from the last byte received after a cut',
   gcs_retry_deadline_exceeded: 'reads and lookups that failed on reaching --max-retry-duration',
   gcs_requests_upload: 'GCS upload requests (session starts, chunk PUTs, status queries, one-shot uploads)',
