@@ -183,6 +183,14 @@ describe('a range GET read straight into memory (raw-range.ts)', () => {
     expect(server.connections).toBe(2);
   });
 
+  it('settles an empty chunked error body at its last chunk, not at the connection\'s end', async () => {
+    const server = await scripted((socket) => socket.write('HTTP/1.1 503 Service Unavailable\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n'));
+    const pool = new RawPool(server.origin, {});
+    const t0 = performance.now();
+    await expect(get(pool, 0, 100, { stallMs: 5_000 })).rejects.toMatchObject({ code: 'TRANSIENT', status: 503 });
+    expect(performance.now() - t0).toBeLessThan(2_000);
+  });
+
   it('fails a body cut by a reset as transient, keeping the bytes that came and nothing after them', async () => {
     const server = await scripted((socket, request) => {
       const [a, b] = rangeOf(request);

@@ -209,7 +209,7 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
       seen += bytes.length;
       if (errorText.length < ERROR_BODY_LIMIT) errorText += bytes.toString('utf8', 0, Math.min(bytes.length, ERROR_BODY_LIMIT));
       if (bodyLength >= 0 && seen >= bodyLength) settle(errorFromStatus(status, resHeaders['retry-after'], errorText, what), seen === bodyLength);
-      else if (bodyLength < 0 && (errorText.length >= ERROR_BODY_LIMIT || /\r\n0\r\n\r\n$/.test(errorText))) {
+      else if (bodyLength < 0 && (errorText.length >= ERROR_BODY_LIMIT || /(^|\r\n)0\r\n\r\n$/.test(errorText))) {
         // Chunked or to the connection's end: what there is of the text, and the connection closed.
         settle(errorFromStatus(status, resHeaders['retry-after'], dechunk(errorText), what), false);
       }
