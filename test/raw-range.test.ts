@@ -19,6 +19,8 @@ type Answer = (socket: net.Socket, request: string, conn: number, nth: number) =
 interface Scripted {
   origin: string;
   connections: number;
+  /** The most connections open at once. */
+  mostOpen: number;
   requests: string[];
   close(): Promise<void>;
 }
@@ -30,10 +32,11 @@ afterEach(async () => {
 
 function listen(server: net.Server, answer: Answer, scheme: string): Promise<Scripted> {
   const sockets = new Set<net.Socket>();
-  const state: Scripted = { origin: '', connections: 0, requests: [], close: async () => undefined };
+  const state: Scripted = { origin: '', connections: 0, mostOpen: 0, requests: [], close: async () => undefined };
   server.on(scheme === 'https' ? 'secureConnection' : 'connection', (socket: net.Socket) => {
     const conn = ++state.connections;
     sockets.add(socket);
+    state.mostOpen = Math.max(state.mostOpen, sockets.size);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => undefined);
     let pending = '';
@@ -219,6 +222,56 @@ describe('a range GET read straight into memory (raw-range.ts)', () => {
     const r = await get(pool, 10, 10);
     expect(r.out.equals(OBJECT.subarray(10, 20))).toBe(true);
     expect(server.connections).toBe(2);
+  });
+
+  it('retries an unanswered request within the connection limit', async () => {
+    const server = await scripted((socket, request, conn, nth) => {
+      if (conn === 1 && nth === 2) setTimeout(() => socket.destroy(), 30);
+      else setTimeout(() => partial(socket, request), 10);
+    });
+    const pool = new RawPool(server.origin, { connections: 1 });
+    await get(pool, 0, 10);
+    const both = await Promise.all([get(pool, 10, 10), get(pool, 20, 10)]);
+    expect(both[0].out.equals(OBJECT.subarray(10, 20))).toBe(true);
+    expect(both[1].out.equals(OBJECT.subarray(20, 30))).toBe(true);
+    expect(server.mostOpen).toBe(1);
+  });
+
+  it('skips an interim answer (103) to the final one', async () => {
+    const server = await scripted((socket, request) => {
+      socket.write('HTTP/1.1 103 Early Hints\r\nlink: </x>; rel=preload\r\n\r\n');
+      setTimeout(() => partial(socket, request), 5);
+    });
+    const pool = new RawPool(server.origin, {});
+    const r = await get(pool, 100, 1000);
+    expect(r.out.equals(OBJECT.subarray(100, 1100))).toBe(true);
+  });
+
+  it('keeps an HTTP/1.0 connection only when the server says keep-alive', async () => {
+    const server = await scripted((socket, request, conn) => {
+      const [a, b] = rangeOf(request);
+      const body = OBJECT.subarray(a, b + 1);
+      const keep = conn === 1 ? '' : 'connection: keep-alive\r\n';
+      socket.write(Buffer.concat([Buffer.from(`HTTP/1.0 206 Partial Content\r\n${keep}content-range: bytes ${a}-${b}/${OBJECT.length}\r\ncontent-length: ${body.length}\r\n\r\n`), body]));
+    });
+    const pool = new RawPool(server.origin, {});
+    await get(pool, 0, 10); // closed after: the server did not say keep-alive
+    await get(pool, 0, 10); // a new connection, kept
+    const r = await get(pool, 10, 10);
+    expect(r.out.equals(OBJECT.subarray(10, 20))).toBe(true);
+    expect(server.connections).toBe(2);
+  });
+
+  it('frames no body by a doubtful Content-Length: a range is refused before a byte lands', async () => {
+    const server = await scripted((socket, request) => {
+      const [a, b] = rangeOf(request);
+      const body = OBJECT.subarray(a, b + 1);
+      socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 206 Partial Content\r\ncontent-range: bytes ${a}-${b}/${OBJECT.length}\r\ncontent-length: ${body.length}\r\ncontent-length: ${body.length + 1}\r\n\r\n`), body]));
+    });
+    const pool = new RawPool(server.origin, {});
+    const out = Buffer.alloc(10, 0xee);
+    await expect(get(pool, 0, 10, { into: out })).rejects.toBeInstanceOf(RawFramingError);
+    expect(out.equals(Buffer.alloc(10, 0xee))).toBe(true);
   });
 
   it('forgets a kept-alive connection the server closed while it was idle', async () => {

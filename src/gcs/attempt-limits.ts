@@ -22,11 +22,11 @@ export interface AttemptLimits {
 }
 
 /**
- * Calls `cut` once the request has been silent for `limits.stallMs` since the last `progress()`, or the
- * deadline has come, whichever is first. One timer per attempt, re-armed only when it fires.
+ * Calls `cut` once the request has been silent for `limits.stallMs` since the last `progress()` (or
+ * `since`, before the first), or the deadline has come, whichever is first. One timer per attempt, re-armed only when it fires.
  */
-export function watchSilence(limits: AttemptLimits, what: string, cut: (err: GcsError, silentMs: number) => void): { progress(): void; stop(): void } {
-  let last = performance.now();
+export function watchSilence(limits: AttemptLimits, what: string, cut: (err: GcsError, silentMs: number) => void, since = performance.now()): { progress(): void; stop(): void } {
+  let last = since;
   let timer: NodeJS.Timeout | null = null;
   const arm = (): void => {
     const t = performance.now();

@@ -86,11 +86,6 @@ export class RawPool {
     return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
   }
 
-  /** A socket fresh from connect(), whatever is idle: the retry of a request a reused socket lost. */
-  fresh(): Promise<RawSocket> {
-    return this.connect();
-  }
-
   /**
    * The request is done with `s`. `reusable`: its response was read to the last byte and the server
    * keeps the connection; `keepAliveMs`: the server's hint, if it gave one.
@@ -150,10 +145,18 @@ export class RawPool {
           return true;
         },
       };
-      const base = { host: this.host, port: this.port, onread, noDelay: true, keepAlive: true, keepAliveInitialDelay: 60_000 };
-      const socket = this.secure
-        ? tls.connect({ ...base, servername: net.isIP(this.host) ? undefined : this.host, ALPNProtocols: ['http/1.1'], ...this.options.tls })
-        : net.connect(base);
+      const base = { host: this.host, port: this.port, onread };
+      let socket: net.Socket;
+      try {
+        socket = this.secure
+          ? tls.connect({ ...base, servername: net.isIP(this.host) ? undefined : this.host, ALPNProtocols: ['http/1.1'], ...this.options.tls })
+          : net.connect(base);
+      } catch (err) {
+        // Refused at once (bad options): that place was never taken.
+        this.open--;
+        reject(err as Error);
+        return;
+      }
       s.socket = socket;
       const timer = setTimeout(() => socket.destroy(Object.assign(new Error(`connect timeout after ${this.connectMs} ms`), { code: 'UND_ERR_CONNECT_TIMEOUT' })), this.connectMs);
       const gone = (err: Error | null): void => {
@@ -167,6 +170,10 @@ export class RawPool {
       };
       socket.once(this.secure ? 'secureConnect' : 'connect', () => {
         clearTimeout(timer);
+        // As undici does; tls.connect does not pass these options on to its socket. Keep-alive probes
+        // find a connection a middlebox dropped while idle.
+        socket.setNoDelay(true);
+        socket.setKeepAlive(true, 60_000);
         resolve(s);
       });
       socket.on('error', (err) => gone(err));

@@ -20,9 +20,9 @@ type Headers = Record<string, string | string[]>;
 export type RawConnection = Pick<RangeConnection, 'stall' | 'metrics' | 'log'>;
 
 /** Parses a response head (status line and header lines, without the blank line); null if it is not HTTP/1.x. */
-export function parseHead(text: string): { status: number; headers: Headers } | null {
+export function parseHead(text: string): { status: number; headers: Headers; http10: boolean } | null {
   const lines = text.split('\r\n');
-  const m = /^HTTP\/1\.[01] (\d{3})(?: |$)/.exec(lines[0] ?? '');
+  const m = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0] ?? '');
   if (!m) return null;
   const headers: Headers = {};
   for (let i = 1; i < lines.length; i++) {
@@ -34,7 +34,17 @@ export function parseHead(text: string): { status: number; headers: Headers } | 
     const had = headers[name];
     headers[name] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
   }
-  return { status: Number(m[1]), headers };
+  return { status: Number(m[2]), headers, http10: m[1] === '0' };
+}
+
+/**
+ * A Content-Length to frame a body by: undefined when there is none, null when it cannot be trusted
+ * (not all digits, or copies that differ: RFC 9112 says such a message's framing is unknown).
+ */
+export function contentLength(v: string | string[] | undefined): number | null | undefined {
+  if (v === undefined) return undefined;
+  const all = Array.isArray(v) ? v : [v];
+  return all.every((x) => /^\d{1,15}$/.test(x) && Number(x) === Number(all[0])) ? Number(all[0]) : null;
 }
 
 const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
@@ -63,16 +73,16 @@ function requestBytes(host: string, path: string, headers: Record<string, string
  */
 export async function receiveRangeRaw(pool: RawPool, conn: RawConnection, path: string, headers: Record<string, string>, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }, hashed: { crc32c: number } | null = null): Promise<void> {
   const request = requestBytes(pool.hostHeader, path, headers);
-  let s = await within(pool.acquire(), pool, conn, what, limits);
+  // The attempt's silence runs from here, through any wait for a connection, as in undici's queue.
+  const startedAt = performance.now();
   for (;;) {
+    const s = await within(pool.acquire(), pool, conn, what, limits, startedAt);
     const reused = s.uses++ > 0;
-    const outcome = await exchange(pool, s, conn, request, start, objectSize, out, what, limits, got, hashed);
+    const outcome = await exchange(pool, s, conn, request, start, objectSize, out, what, limits, got, hashed, startedAt);
     // A kept-alive socket the server had closed as this request went out: nothing was answered, so
-    // the request goes again on a new connection, as any HTTP client does with a GET.
-    if (outcome === 'unanswered' && reused) {
-      s = await within(pool.fresh(), pool, conn, what, limits);
-      continue;
-    }
+    // the request goes again (that socket is closed; another idle one, or a new one), as any HTTP
+    // client does with a GET. A new connection that answers nothing is an error.
+    if (outcome === 'unanswered' && reused) continue;
     if (outcome === 'unanswered') throw Object.assign(new Error(`${what}: the server closed the connection without answering`), { code: 'ECONNRESET' });
     return;
   }
@@ -82,14 +92,14 @@ export async function receiveRangeRaw(pool: RawPool, conn: RawConnection, path: 
  * The socket `pending` gives, within the attempt's limits: waiting for a connection (the pool's limit,
  * or a connect that hangs) counts as the attempt's silence, as it does in undici's queue.
  */
-function within(pending: Promise<RawSocket>, pool: RawPool, conn: RawConnection, what: string, limits: AttemptLimits): Promise<RawSocket> {
+function within(pending: Promise<RawSocket>, pool: RawPool, conn: RawConnection, what: string, limits: AttemptLimits, since: number): Promise<RawSocket> {
   return new Promise((resolve, reject) => {
     let done = false;
     const silence = watchSilence(limits, what, (err, silentMs) => {
       done = true;
       if (err instanceof StalledError) stalled(conn, what, silentMs, 0, 0);
       reject(err);
-    });
+    }, since);
     pending.then(
       (s) => {
         silence.stop();
@@ -106,7 +116,7 @@ function within(pending: Promise<RawSocket>, pool: RawPool, conn: RawConnection,
 }
 
 /** One request and its response on `s`: 'unanswered' when the connection ended before any byte came back. */
-function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buffer, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }, hashed: { crc32c: number } | null): Promise<'done' | 'unanswered'> {
+function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buffer, start: number, objectSize: number, out: Buffer, what: string, limits: AttemptLimits, got: { bytes: number }, hashed: { crc32c: number } | null, since: number): Promise<'done' | 'unanswered'> {
   const stall = conn.stall;
   return new Promise((resolve, reject) => {
     const head = s.head;
@@ -114,20 +124,22 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
     let phase: 'head' | 'body' | 'error' = 'head';
     let status = 0;
     let resHeaders: Headers = {};
-    let bodyLength = -1; // -1: until the connection ends
+    let bodyLength = -1; // -1: chunked, or until the connection ends
+    let chunked = false;
+    /** Whether the server keeps the connection after this response (HTTP/1.1 unless it says close; 1.0 only if it says keep-alive). */
+    let persistent = false;
     let seen = 0; // body bytes read
     let skip = 0; // a 200's bytes before the window
     let errorText = '';
     let settled = false;
     let cutBy: Error | null = null;
-    const sentAt = performance.now();
-    let lastAt = sentAt;
+    let lastAt = since;
     let longest = 0;
     const silence = watchSilence(limits, what, (err, silentMs) => {
       cutBy = err;
       if (err instanceof StalledError) stalled(conn, what, silentMs, got.bytes, status);
       settle(err, false);
-    });
+    }, since);
     // The client's own limit on a silent response (undici's headersTimeout and bodyTimeout there).
     const timeout = watchSilence({ stallMs: pool.silenceMs, deadlineAt: Number.POSITIVE_INFINITY }, what, () => {
       const code = phase === 'head' ? 'UND_ERR_HEADERS_TIMEOUT' : 'UND_ERR_BODY_TIMEOUT';
@@ -146,7 +158,7 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
       settled = true;
       silence.stop();
       timeout.stop();
-      pool.release(s, reusable && !/close/i.test(one(resHeaders.connection) ?? ''), keepAliveHint(resHeaders));
+      pool.release(s, reusable && persistent, keepAliveHint(resHeaders));
       if (!err && !cutBy && outcome === 'done') stall?.observe(longest);
       if (err) reject(err);
       else resolve(outcome);
@@ -163,32 +175,47 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
     };
 
     const headLanded = (n: number): void => {
-      const from = Math.max(0, headLen - 3);
+      let from = Math.max(0, headLen - 3);
       headLen += n;
-      const end = head.indexOf('\r\n\r\n', from, 'latin1');
-      if (end < 0 || end + 4 > headLen) {
-        if (headLen >= head.length) settle(broken('a response head longer than 64 KiB'), false);
-        return;
+      for (;;) {
+        const end = head.subarray(0, headLen).indexOf('\r\n\r\n', from, 'latin1');
+        if (end < 0) {
+          if (headLen >= head.length) settle(broken('a response head longer than 64 KiB'), false);
+          return;
+        }
+        const parsed = parseHead(head.toString('latin1', 0, end));
+        if (!parsed) return settle(broken('not an HTTP/1.1 response'), false);
+        if (parsed.status >= 100 && parsed.status < 200 && parsed.status !== 101) {
+          // An interim answer (103 Early Hints, say): the final one follows on the same connection.
+          head.copy(head, 0, end + 4, headLen);
+          headLen -= end + 4;
+          from = 0;
+          continue;
+        }
+        return headParsed(parsed, end + 4);
       }
-      const parsed = parseHead(head.toString('latin1', 0, end));
-      if (!parsed) {
-        settle(broken('not an HTTP/1.1 response'), false);
-        return;
-      }
+    };
+
+    const headParsed = (parsed: NonNullable<ReturnType<typeof parseHead>>, bodyAt: number): void => {
       status = parsed.status;
       resHeaders = parsed.headers;
-      const chunked = /chunked/i.test(one(resHeaders['transfer-encoding']) ?? '');
-      const length = one(resHeaders['content-length']);
-      bodyLength = chunked || length === undefined ? -1 : Number(length);
+      const connection = one(resHeaders.connection) ?? '';
+      persistent = parsed.http10 ? /keep-alive/i.test(connection) : !/close/i.test(connection);
+      chunked = /chunked/i.test(one(resHeaders['transfer-encoding']) ?? '');
+      const length = chunked ? undefined : contentLength(resHeaders['content-length']);
+      bodyLength = typeof length === 'number' ? length : -1;
+      // Framed by the connection's end (or not to be trusted): it cannot carry another response.
+      if (bodyLength < 0 && !chunked) persistent = false;
+      const extra = head.subarray(bodyAt, headLen);
       if (status === 200 || status === 206) {
         const wrong = wrongRangeOf(status, resHeaders, start, out.length, objectSize);
         if (wrong !== null) return settle(new GcsError('CORRUPT', `${what}: the server sent ${wrong}`), false);
-        if (bodyLength < 0) return settle(new RawFramingError(`${what}: a ${status} body without Content-Length`), false);
-        if (status === 206 && bodyLength !== out.length) return settle(new GcsError('CORRUPT', `${what}: the server sent Content-Length ${bodyLength} for a range of ${out.length}`), false);
+        if (bodyLength < 0) return settle(new RawFramingError(`${what}: a ${status} body not framed by a Content-Length`), false);
+        // Content-Range said this range; a body of another length is a broken answer (undici: a short body).
+        if (status === 206 && bodyLength !== out.length) return settle(broken(`Content-Length ${bodyLength} for a range of ${out.length}`), false);
         skip = status === 200 ? start : 0;
         phase = 'body';
         // Body bytes read with the head: through the same window as the rest.
-        const extra = head.subarray(end + 4, headLen);
         if (extra.length > bodyLength - seen) return settle(broken('more bytes than its Content-Length'), false);
         copyWindow(extra, seen, skip, out, got, hashed);
         seen += extra.length;
@@ -197,7 +224,7 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
       }
       phase = 'error';
       if (status === 204 || status === 304) bodyLength = 0;
-      errorLanded(head.subarray(end + 4, headLen));
+      errorLanded(extra);
     };
 
     const bodyDone = (): void => {
@@ -233,7 +260,9 @@ function exchange(pool: RawPool, s: RawSocket, conn: RawConnection, request: Buf
       ended: (err) => {
         if (settled) return;
         if (phase === 'head' && headLen === 0) return settle(null, false, 'unanswered');
-        if (phase === 'error') return settle(errorFromStatus(status, resHeaders['retry-after'], bodyLength < 0 ? dechunk(errorText) : errorText, what), false);
+        // An error body the connection ends: its status when that is how it was framed; a broken
+        // connection when it was cut short of its length or last chunk (undici's answer too).
+        if (phase === 'error' && bodyLength < 0 && !chunked) return settle(errorFromStatus(status, resHeaders['retry-after'], errorText, what), false);
         settle(broken(err ? `${(err as { code?: string }).code ?? 'ERR'} ${err.message}` : 'other side closed'), false);
       },
     };
