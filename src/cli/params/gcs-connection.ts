@@ -26,7 +26,7 @@ export const GCS_CONNECTION_PARAMS = [
     configKey: 'gcs-connection.max-conns-per-host',
     type: 'int',
     default: 0,
-    help: 'Maximum TCP connections to the storage host; 0 = no fixed cap (requests in flight still stop at 100 each for data and for metadata)',
+    help: 'Maximum TCP connections to the storage host for each pool (the main thread\'s; download workers split it, each for its range reads and again for its uploads); 0 = no fixed cap (requests in flight still stop at 100 each for data and for metadata)',
     group: 'GCS connection',
     effect: 'effective',
     min: 0,
