@@ -139,19 +139,9 @@ export class RawPool {
       const onread = {
         buffer: (): Buffer => (s.reader ? s.reader.next() : s.head),
         callback: (n: number): boolean => {
-          if (!s.reader) {
-            // Bytes nobody asked for (a server that speaks out of turn): the connection cannot be trusted.
-            this.destroy(s);
-            return true;
-          }
-          try {
-            s.reader.landed(n);
-          } catch (err) {
-            // Node skips asking for the next buffer when this throws: the socket would go on reading
-            // into the memory named last. Closed first, whoever catches the error.
-            this.destroy(s);
-            throw err;
-          }
+          if (s.reader) s.reader.landed(n);
+          // Bytes nobody asked for (a server that speaks out of turn): the connection cannot be trusted.
+          else this.destroy(s);
           return true;
         },
       };
