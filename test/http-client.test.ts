@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { crc32c } from '../src/crc32c.js';
 import { AdaptiveConcurrency } from '../src/gcs/adaptive-concurrency.js';
 import type { AuthHeaders } from '../src/gcs/auth.js';
-import { HttpObjectClient, transportError } from '../src/gcs/http-client.js';
+import { HttpObjectClient, transportError, type HttpClientConfig } from '../src/gcs/http-client.js';
 import { isRetryable } from '../src/gcs/retry.js';
 import { startEmulator, type Emulator } from '../src/emulator/server.js';
 import { silentLogger } from '../src/observe/logger.js';
@@ -23,18 +23,20 @@ const VERSION = { name: 'o', generation: '1', size: OBJECT.length };
 let mode: 'honest' | 'shifted' | 'whole' | 'hang' | 'chunked' = 'honest';
 let requests = 0;
 
-function client(url: string, downloadWorkers = 0, metrics = new Metrics()): HttpObjectClient {
+function client(url: string, downloadWorkers = 0, metrics = new Metrics(), more: Partial<HttpClientConfig> = {}): HttpObjectClient {
   return new HttpObjectClient({
     downloadWorkers,
     endpoint: { origin: url, custom: true },
     bucket: 'b',
     auth: null,
     maxConnections: 4,
+    ...more,
     timeoutMs: 5_000,
     retry: { maxAttempts: 3, baseDelayMs: 1, multiplier: 2, maxDelayMs: 5 },
     concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
     log: silentLogger,
     metrics,
+    ...more,
   });
 }
 
@@ -155,6 +157,38 @@ describe('range GETs into a caller buffer', () => {
     expect(requests).toBe(2);
     expect(c.workers?.count).toBe(1);
     await c.close();
+  });
+
+  /** Starts `n` reads the server leaves hanging; resolves once it has them all. Close the client to end them. */
+  async function hung(c: HttpObjectClient, n: number): Promise<void> {
+    mode = 'hang';
+    requests = 0;
+    for (let i = 0; i < n; i++) c.readRange(VERSION, i * 10_000, i * 10_000 + 5_000, Buffer.from(new SharedArrayBuffer(5_000))).catch(() => undefined);
+    while (requests < n) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  it('puts downloads on one worker while it is not busy, and on a spare one only when the first holds its share of --max-conns-per-host', async () => {
+    const free = client(url, 2, new Metrics(), { maxConnections: 0 });
+    await hung(free, 3);
+    expect(free.workers!.loads().map((l) => [l.inFlight, l.inUse])).toEqual([[3, true], [0, false]]);
+    await free.close();
+    // A cap of 4: 2 connections for each worker; the third download goes to the spare one rather than wait.
+    const capped = client(url, 2);
+    await hung(capped, 3);
+    expect(capped.workers!.loads().map((l) => [l.inFlight, l.inUse])).toEqual([[2, true], [1, false]]);
+    await capped.close();
+    mode = 'honest';
+  });
+
+  it('puts a spare worker to use once those in use are busy (here: any use counts as busy), and spreads downloads over them', async () => {
+    const c = client(url, 2, new Metrics(), { maxConnections: 0, workersInUse: { grow: -1, busyWindows: 1, shrink: -1, idleWindows: 1, cpus: () => 8 } });
+    const deadline = Date.now() + 10_000;
+    while (!c.workers!.loads().every((l) => l.inUse) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(c.workers!.loads().map((l) => l.inUse)).toEqual([true, true]);
+    await hung(c, 2);
+    expect(c.workers!.loads().map((l) => l.inFlight)).toEqual([1, 1]);
+    await c.close();
+    mode = 'honest';
   });
 
   it('close() ends requests in flight at once (CLOSED), on the main thread and on a worker', async () => {

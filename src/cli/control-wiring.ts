@@ -3,6 +3,7 @@ import type { DiskCache } from '../blocks/disk-cache.js';
 import type { DownloadScheduler } from '../blocks/download-scheduler.js';
 import { warm } from '../fs/warmer.js';
 import type { ObjectClient } from '../gcs/object-client.js';
+import type { WorkerLoad } from '../gcs/range-workers.js';
 import type { NameMapper } from '../namespace/names.js';
 import { startControlServer, type ControlServer, type MountInfo } from '../observe/control-server.js';
 import type { Logger } from '../observe/logger.js';
@@ -15,7 +16,7 @@ import { EXIT, UserError } from './exit.js';
 export interface ControlWiringDeps {
   metrics: Metrics;
   /** Each download worker's load (none with --download-workers 0). */
-  downloadWorkerLoads: () => { utilization: number; inFlight: number }[];
+  downloadWorkerLoads: () => WorkerLoad[];
   client: ObjectClient;
   names: NameMapper;
   blocks: BlockSource;
@@ -58,7 +59,7 @@ export async function startControl(info: MountInfo, deps: ControlWiringDeps): Pr
  * What `gcsmount stats` shows: the mount, the raw metrics, and the ratios a person asks about first.
  * `downloadWorkers`: each download worker's load (none with --download-workers 0).
  */
-function statsReport(info: MountInfo, metrics: Metrics, downloadWorkers: { utilization: number; inFlight: number }[]) {
+function statsReport(info: MountInfo, metrics: Metrics, downloadWorkers: WorkerLoad[]) {
   const snap = metrics.snapshot();
   const c = snap.counters;
   const blocksRead = c.block_cache_hits + c.block_cache_misses;

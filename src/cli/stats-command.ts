@@ -19,7 +19,7 @@ interface StatsReport {
   gauges: Record<string, number>;
   fuseOps: Record<string, OpSummary>;
   /** Absent from a daemon older than this command. */
-  threads?: { mainUtilization: number | null; downloadWorkers: { utilization: number; inFlight: number }[] };
+  threads?: { mainUtilization: number | null; downloadWorkers: { utilization: number; inFlight: number; inUse?: boolean }[] };
 }
 
 interface StatsArgs {
@@ -82,7 +82,7 @@ function threadsLine(r: StatsReport): string {
   if (!t) return `  threads       ${main}`;
   const workers = t.downloadWorkers.length === 0
     ? 'download workers none (--download-workers 0)'
-    : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight`).join('; ')}`;
+    : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight${w.inUse === false ? ' (spare: used once those in use are busy)' : ''}`).join('; ')}`;
   return `  threads       ${main}   ${workers}   (over the last 2 s)`;
 }
 

@@ -27,6 +27,7 @@ import type {
 import { ObjectWrites } from './object-writes.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
 import { RangeWorkers, type ReceivedRange } from './range-workers.js';
+import type { WorkersInUseLimits } from './workers-in-use.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
 
@@ -73,6 +74,8 @@ export interface HttpClientConfig {
    * bodies are received on the calling thread.
    */
   downloadWorkers?: number;
+  /** When more of them are put to use (workers-in-use.ts); tests set it, the mount keeps the default. */
+  workersInUse?: WorkersInUseLimits;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -130,7 +133,7 @@ export class HttpObjectClient implements WritableObjectClient {
     // still bounds what is in flight across all of them.
     const workers = cfg.downloadWorkers ?? 0;
     const share = cfg.maxConnections > 0 ? Math.max(1, Math.ceil(cfg.maxConnections / Math.max(1, workers))) : 0;
-    this.workers = workers > 0 ? new RangeWorkers(workers, { origin: this.origin, poolOptions: options(share), proxy }, this.media) : null;
+    this.workers = workers > 0 ? new RangeWorkers(workers, { origin: this.origin, poolOptions: options(share), proxy }, this.media, cfg.workersInUse) : null;
     if (proxy.httpProxy || proxy.httpsProxy) {
       cfg.log.debug(
         { httpProxy: proxy.httpProxy && redactedProxy(proxy.httpProxy), httpsProxy: proxy.httpsProxy && redactedProxy(proxy.httpsProxy), noProxy: proxy.noProxy },

@@ -11,6 +11,7 @@ import { GcsError } from './errors.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
 import { deserializeError, type RangeJob, type SendJob, type WorkerReply, type WorkerSetup } from './range-jobs.js';
 import type { SentResponse } from './responses.js';
+import { WORKERS_IN_USE, WorkersInUse, type WorkersInUseLimits } from './workers-in-use.js';
 
 // The compiled worker, whether this module runs from dist/ or (under vitest) from src/.
 const WORKER_SCRIPT = fileURLToPath(new URL('../../dist/gcs/range-worker.js', import.meta.url));
@@ -21,12 +22,24 @@ export interface ReceivedRange {
   crc32c?: number;
 }
 
+/** One worker's load, as `gcsmount stats` shows it. */
+export interface WorkerLoad {
+  /** Event-loop utilization (0-1) over the last SAMPLE_MS. */
+  utilization: number;
+  inFlight: number;
+  /** Whether it takes new attempts (WorkersInUse). */
+  inUse: boolean;
+}
+
 interface Slot {
   worker: Worker;
   inFlight: number;
   /** The worker's event-loop use at the last sample, and its utilization over the window before it. */
   elu: EventLoopUtilization;
   utilization: number;
+  /** The same at the last of the short windows that decide how many workers are in use. */
+  recentElu: EventLoopUtilization;
+  startedAt: number;
 }
 
 interface Pending {
@@ -44,6 +57,11 @@ const TERMINATE_WAIT_MS = 2000;
 /** How often the workers' utilization is sampled (what `gcsmount stats` shows). */
 const SAMPLE_MS = 2000;
 
+/** The window over which the workers in use are found busy or idle (WorkersInUse). */
+const IN_USE_WINDOW_MS = 250;
+/** A worker's first moments are its start (loading its modules): busy, but not with downloads. */
+const STARTING_MS = 1500;
+
 /**
  * Download workers. receive() is receiveRange's contract: the body of one attempt lands in `out`, and
  * `got.bytes` says how much did, also when the attempt fails. `out` must lie in shared memory (block
@@ -56,16 +74,25 @@ export class RangeWorkers {
   private nextId = 1;
   private closing = false;
   private readonly sampler: NodeJS.Timeout;
+  private readonly inUse: WorkersInUse;
+  private readonly inUseTimer: NodeJS.Timeout;
+  /** Each worker's connection limit (its share of --max-conns-per-host); 0: none. */
+  private readonly connections: number;
 
   constructor(
     count: number,
     private readonly setup: WorkerSetup,
     /** The caller's own connection: buffers not in shared memory, and where workers' events are replayed. */
     private readonly local: RangeConnection,
+    inUseLimits: WorkersInUseLimits = WORKERS_IN_USE,
   ) {
+    this.inUse = new WorkersInUse(inUseLimits);
+    this.connections = setup.poolOptions.connections ?? 0;
     for (let i = 0; i < count; i++) this.slots.push(this.spawn());
     this.sampler = setInterval(() => this.sample(), SAMPLE_MS);
     this.sampler.unref();
+    this.inUseTimer = setInterval(() => this.sampleInUse(), IN_USE_WINDOW_MS);
+    this.inUseTimer.unref();
   }
 
   get count(): number {
@@ -77,9 +104,10 @@ export class RangeWorkers {
     return this.pending.size;
   }
 
-  /** Each worker's load now: its utilization over the last sample window and its attempts in flight. */
-  loads(): { utilization: number; inFlight: number }[] {
-    return this.slots.map((s) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight }));
+  /** Each worker's load now: its utilization over the last sample window, its attempts in flight, whether it takes new ones. */
+  loads(): WorkerLoad[] {
+    const inUse = this.inUse.of(this.slots.length);
+    return this.slots.map((s, i) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight, inUse: i < inUse }));
   }
 
   /**
@@ -156,6 +184,7 @@ export class RangeWorkers {
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sampler);
+    clearInterval(this.inUseTimer);
     const slots = this.slots.splice(0);
     await Promise.all(slots.map((s) => this.terminate(s)));
     for (const [id, p] of this.pending) {
@@ -183,16 +212,27 @@ export class RangeWorkers {
     slot.worker.postMessage(job);
   }
 
+  /**
+   * Of the workers in use (WorkersInUse), the one with the fewest attempts in flight; a spare one only
+   * when each in use has as many attempts as it has connections (its share of --max-conns-per-host), so
+   * a cap never leaves an attempt waiting for a connection while another worker has its share free.
+   */
   private pick(): Slot | null {
+    if (this.closing) return null;
+    const inUse = this.inUse.of(this.slots.length);
     let best: Slot | null = null;
-    for (const s of this.slots) if (!best || s.inFlight < best.inFlight) best = s;
-    return this.closing ? null : best;
+    for (const [i, s] of this.slots.entries()) {
+      if (i >= inUse && best && (this.connections === 0 || best.inFlight < this.connections)) break;
+      if (!best || s.inFlight < best.inFlight) best = s;
+    }
+    return best;
   }
 
   private spawn(): Slot {
     const worker = new Worker(WORKER_SCRIPT, { workerData: this.setup });
     worker.unref();
-    const slot: Slot = { worker, inFlight: 0, elu: worker.performance.eventLoopUtilization(), utilization: 0 };
+    const elu = worker.performance.eventLoopUtilization();
+    const slot: Slot = { worker, inFlight: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now() };
     worker.on('message', (reply: WorkerReply) => this.answered(reply));
     // Its attempts fail only at 'exit', once the thread is surely gone: until then it may still write.
     worker.on('error', (err) => this.local.log.warn({ err: err.message }, 'download worker failed'));
@@ -228,5 +268,21 @@ export class RangeWorkers {
       s.utilization = s.worker.performance.eventLoopUtilization(now, s.elu).utilization;
       s.elu = now;
     }
+  }
+
+  /** One short window: the mean utilization of the workers in use says whether to use more or fewer. */
+  private sampleInUse(): void {
+    const inUse = this.inUse.of(this.slots.length);
+    if (inUse === 0) return;
+    let sum = 0;
+    let starting = false;
+    const at = Date.now();
+    for (const [i, s] of this.slots.entries()) {
+      const now = s.worker.performance.eventLoopUtilization();
+      if (i < inUse) sum += s.worker.performance.eventLoopUtilization(now, s.recentElu).utilization;
+      if (i < inUse && at - s.startedAt < STARTING_MS) starting = true;
+      s.recentElu = now;
+    }
+    if (!starting) this.inUse.observe(sum / inUse, this.slots.length);
   }
 }
