@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { promisify } from 'node:util';
 import type { Logger } from '../observe/logger.js';
@@ -245,8 +245,8 @@ async function deviceOf(path: string): Promise<string | null> {
  * Only once the kernel has taken our INIT reply: it lowers read_ahead_kb to the reply's max_readahead
  * (the 128 KiB it offered), and a value written before that was undone in 3 of 11 starts of a probe
  * (then every 1 MiB chunk file came as four reads of 256 KiB, not one; 0 of 14 since). Any request on the
- * mount waits for INIT: a statfs, off this thread (the thread must be free to answer it). Not a stat:
- * the root's attributes would stay in the kernel, which then answers a stat of a dead mount itself.
+ * mount waits for INIT: a statfs (see initialized). Not a stat: the root's attributes would stay in the
+ * kernel, which then answers a stat of a dead mount itself.
  */
 export async function setReadAhead(path: string, kb: number, log: Logger): Promise<void> {
   if (kb <= 0) return;
@@ -264,10 +264,26 @@ export async function setReadAhead(path: string, kb: number, log: Logger): Promi
   }
 }
 
-/** Waits (5 s at most) until the kernel has the mount's INIT reply: until a statfs of it is answered. */
+/**
+ * Waits (5 s at most) until the kernel has the mount's INIT reply: until a statfs of it is answered.
+ *
+ * The statfs is made by a child process (`stat -f`), never by a thread of this one. A process's thread
+ * waiting on its own mount for an answer the daemon has read but not yet sent waits uninterruptibly: a
+ * SIGKILL then leaves that thread behind, holding /dev/fuse open, so the daemon never finishes exiting
+ * and its mount hangs instead of failing with ENOTCONN (seen: a daemon killed as it started, one thread
+ * left in fuse_statfs, state D, until the connection was aborted). A child holds no /dev/fuse: the
+ * daemon's death ends the connection and the child's request with it.
+ */
 async function initialized(path: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, 5_000)));
-  await Promise.race([fsp.statfs(path).then(() => undefined, () => undefined), late]);
+  const child = spawn('stat', ['-f', '--', path], { stdio: 'ignore' });
+  const answered = new Promise<void>((resolve) => {
+    child.once('exit', () => resolve());
+    // No `stat` here (not a coreutils system): go on; INIT may then undo read_ahead_kb (a slower mount, not a wrong one).
+    child.once('error', () => resolve());
+  });
+  await Promise.race([answered, late]);
   clearTimeout(timer);
+  if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
 }
