@@ -78,6 +78,8 @@ export class RangeWorkers {
   private readonly inUseTimer: NodeJS.Timeout;
   /** Each worker's connection limit (its share of --max-conns-per-host); 0: none. */
   private readonly connections: number;
+  /** Workers there may be (--download-workers); they are started as they are put to use. */
+  private readonly configured: number;
 
   constructor(
     count: number,
@@ -88,13 +90,18 @@ export class RangeWorkers {
   ) {
     this.inUse = new WorkersInUse(inUseLimits);
     this.connections = setup.poolOptions.connections ?? 0;
-    for (let i = 0; i < count; i++) this.slots.push(this.spawn());
+    this.configured = count;
+    // One now; the others when they are put to use: a thread that is never used costs nothing, while
+    // one started costs its start (~0.4 CPU-s, loading its modules), which a one-core daemon paid
+    // during its first read (`npm run bench -- scaling`: 286 MiB/s with two workers against 319 with one).
+    if (count > 0) this.slots.push(this.spawn());
     this.sampler = setInterval(() => this.sample(), SAMPLE_MS);
     this.sampler.unref();
     this.inUseTimer = setInterval(() => this.sampleInUse(), IN_USE_WINDOW_MS);
     this.inUseTimer.unref();
   }
 
+  /** Workers started (at most --download-workers). */
   get count(): number {
     return this.slots.length;
   }
@@ -106,7 +113,7 @@ export class RangeWorkers {
 
   /** Each worker's load now: its utilization over the last sample window, its attempts in flight, whether it takes new ones. */
   loads(): WorkerLoad[] {
-    const inUse = this.inUse.of(this.slots.length);
+    const inUse = this.inUse.of(this.configured);
     return this.slots.map((s, i) => ({ utilization: Math.round(s.utilization * 100) / 100, inFlight: s.inFlight, inUse: i < inUse }));
   }
 
@@ -215,17 +222,30 @@ export class RangeWorkers {
   /**
    * Of the workers in use (WorkersInUse), the one with the fewest attempts in flight; a spare one only
    * when each in use has as many attempts as it has connections (its share of --max-conns-per-host), so
-   * a cap never leaves an attempt waiting for a connection while another worker has its share free.
+   * a cap never leaves an attempt waiting for a connection while another worker has its share free
+   * (started for it, if need be).
    */
   private pick(): Slot | null {
     if (this.closing) return null;
-    const inUse = this.inUse.of(this.slots.length);
+    const inUse = this.startInUse();
+    const full = (s: Slot): boolean => this.connections > 0 && s.inFlight >= this.connections;
     let best: Slot | null = null;
     for (const [i, s] of this.slots.entries()) {
-      if (i >= inUse && best && (this.connections === 0 || best.inFlight < this.connections)) break;
+      if (i >= inUse && best && !full(best)) break;
       if (!best || s.inFlight < best.inFlight) best = s;
     }
+    if (best && full(best) && this.slots.length < this.configured) {
+      best = this.spawn();
+      this.slots.push(best);
+    }
     return best;
+  }
+
+  /** Starts the workers put to use that are not running yet; returns how many are in use. */
+  private startInUse(): number {
+    const inUse = this.inUse.of(this.configured);
+    while (this.slots.length < inUse && !this.closing) this.slots.push(this.spawn());
+    return inUse;
   }
 
   private spawn(): Slot {
@@ -283,6 +303,8 @@ export class RangeWorkers {
       if (i < inUse && at - s.startedAt < STARTING_MS) starting = true;
       s.recentElu = now;
     }
-    if (!starting) this.inUse.observe(sum / inUse, this.slots.length);
+    if (starting) return;
+    this.inUse.observe(sum / inUse, this.configured);
+    this.startInUse();
   }
 }

@@ -102,7 +102,7 @@ export const GAUGES = {
   block_cache_limit_bytes: 'the disk cache budget (-1: unlimited)',
   block_cache_free_margin_bytes: 'with no disk cache budget (-1): the free space kept on the cache\'s file system',
   downloads_in_flight: 'range GETs in progress',
-  download_workers: 'threads receiving range GETs beside the main thread (--download-workers)',
+  download_workers: 'download worker threads started (up to --download-workers; each is started when first put to use)',
   download_workers_in_flight: 'range GET attempts on the download workers now',
   download_workers_utilization: 'the busiest download worker\'s event-loop utilization (0-1) over the last 2 s',
   main_thread_utilization: 'the main (JavaScript) thread\'s event-loop utilization (0-1) over the last 2 s: near 1, it is what limits the mount',

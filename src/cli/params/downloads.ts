@@ -9,7 +9,7 @@ export const DOWNLOAD_PARAMS = [
     configKey: 'gcsmount.download-workers',
     type: 'int',
     default: DEFAULT_DOWNLOAD_WORKERS,
-    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) and send upload chunks beside the main thread, each with its own connections (default: half the CPUs, at most 8); the first takes every download until the workers in use are busy (70% for 1 s), and at most the CPUs less one are used at once; 0: all on the main thread',
+    help: 'gcsmount: threads that receive range GETs (HTTP parsing and the copy into block memory) and send upload chunks beside the main thread, each with its own connections (default: half the CPUs, at most 8); the first takes every download until the workers in use are busy (70% for 1 s), each started when first put to use, at most the CPUs less one in use at once; 0: all on the main thread',
     group: 'Downloads',
     effect: 'effective',
     min: 0,
