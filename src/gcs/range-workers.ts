@@ -57,8 +57,9 @@ const TERMINATE_WAIT_MS = 2000;
 /** How often the workers' utilization is sampled (what `gcsmount stats` shows). */
 const SAMPLE_MS = 2000;
 
-/** The window over which the workers in use are found busy or idle (WorkersInUse). */
+/** The window over which the workers in use are found busy or idle (WorkersInUse); SAMPLE_MS is a whole number of them. */
 const IN_USE_WINDOW_MS = 250;
+const WINDOWS_PER_SAMPLE = SAMPLE_MS / IN_USE_WINDOW_MS;
 /** A worker's first moments are its start (loading its modules): busy, but not with downloads. */
 const STARTING_MS = 1500;
 
@@ -73,9 +74,10 @@ export class RangeWorkers {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private closing = false;
+  /** One timer for both samples: the short windows (WorkersInUse) and, every WINDOWS_PER_SAMPLE of them, the stats'. */
   private readonly sampler: NodeJS.Timeout;
+  private windows = 0;
   private readonly inUse: WorkersInUse;
-  private readonly inUseTimer: NodeJS.Timeout;
   /** Each worker's connection limit (its share of --max-conns-per-host); 0: none. */
   private readonly connections: number;
   /** Workers there may be (--download-workers); they are started as they are put to use. */
@@ -95,10 +97,8 @@ export class RangeWorkers {
     // one started costs its start (~0.4 CPU-s, loading its modules), which a one-core daemon paid
     // during its first read (`npm run bench -- scaling`: 286 MiB/s with two workers against 319 with one).
     if (count > 0) this.slots.push(this.spawn());
-    this.sampler = setInterval(() => this.sample(), SAMPLE_MS);
+    this.sampler = setInterval(() => this.sample(), IN_USE_WINDOW_MS);
     this.sampler.unref();
-    this.inUseTimer = setInterval(() => this.sampleInUse(), IN_USE_WINDOW_MS);
-    this.inUseTimer.unref();
   }
 
   /** Workers started (at most --download-workers). */
@@ -191,7 +191,6 @@ export class RangeWorkers {
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sampler);
-    clearInterval(this.inUseTimer);
     const slots = this.slots.splice(0);
     await Promise.all(slots.map((s) => this.terminate(s)));
     for (const [id, p] of this.pending) {
@@ -282,28 +281,29 @@ export class RangeWorkers {
     if (!this.closing) this.slots.push(this.spawn());
   }
 
+  /**
+   * One short window: the mean utilization of the workers in use says whether to use more or fewer;
+   * every WINDOWS_PER_SAMPLE windows each worker's utilization for `gcsmount stats` is taken too.
+   */
   private sample(): void {
-    for (const s of this.slots) {
-      const now = s.worker.performance.eventLoopUtilization();
-      s.utilization = s.worker.performance.eventLoopUtilization(now, s.elu).utilization;
-      s.elu = now;
-    }
-  }
-
-  /** One short window: the mean utilization of the workers in use says whether to use more or fewer. */
-  private sampleInUse(): void {
+    const statsDue = ++this.windows % WINDOWS_PER_SAMPLE === 0;
     const inUse = this.inUse.of(this.slots.length);
-    if (inUse === 0) return;
     let sum = 0;
     let starting = false;
     const at = Date.now();
     for (const [i, s] of this.slots.entries()) {
       const now = s.worker.performance.eventLoopUtilization();
-      if (i < inUse) sum += s.worker.performance.eventLoopUtilization(now, s.recentElu).utilization;
-      if (i < inUse && at - s.startedAt < STARTING_MS) starting = true;
+      if (i < inUse) {
+        sum += s.worker.performance.eventLoopUtilization(now, s.recentElu).utilization;
+        if (at - s.startedAt < STARTING_MS) starting = true;
+      }
       s.recentElu = now;
+      if (statsDue) {
+        s.utilization = s.worker.performance.eventLoopUtilization(now, s.elu).utilization;
+        s.elu = now;
+      }
     }
-    if (starting) return;
+    if (inUse === 0 || starting) return;
     this.inUse.observe(sum / inUse, this.configured);
     this.startInUse();
   }
