@@ -82,7 +82,7 @@ function threadsLine(r: StatsReport): string {
   if (!t) return `  threads       ${main}`;
   const workers = t.downloadWorkers.length === 0
     ? 'download workers none (--download-workers 0)'
-    : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight${w.inUse === false ? ' (spare: used once those in use are busy)' : ''}`).join('; ')}`;
+    : `download workers ${t.downloadWorkers.map((w, i) => `#${i + 1} ${pct(w.utilization)} busy, ${w.inFlight} in flight${w.inUse === false ? ' (spare: takes downloads once those in use are busy, or hold their share of --max-conns-per-host)' : ''}`).join('; ')}`;
   return `  threads       ${main}   ${workers}   (over the last 2 s)`;
 }
 
