@@ -180,6 +180,11 @@ export class BlockSource {
     return this.deps.buffers.budget.admits(bytes, use);
   }
 
+  /** True when block `index` is kept in memory after a read (RecentBlocks): a read of it costs no disk read here. */
+  inMemory(meta: ObjectMeta, index: number): boolean {
+    return this.recent.has(blockId(meta, index));
+  }
+
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
   cached(meta: ObjectMeta, index: number): boolean {
     return this.writing.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;

@@ -5,6 +5,7 @@ import { Errno, errnoFor } from './errno.js';
 import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { ByteRange } from '../prefetch/shard-follower.js';
 import type { WriteState } from '../writes/write-state.js';
 
@@ -26,6 +27,12 @@ export class ReadOps {
   /** Handles whose object went (unlinked, replaced): they read the private copy made before it did. */
   private readonly orphans = new Map<number, WriteState>();
   private readonly pool: Buffer[] = [];
+  /**
+   * Handles of followed shards all on disk, read through the page cache: their reads that reach us are
+   * the kernel's (readahead in file order), not their reader's, so they do not move the shard follower
+   * (their opens do: Prefetcher.openedThroughPageCache).
+   */
+  private readonly throughPageCache = new Set<number>();
 
   constructor(private readonly ctx: OpContext) {}
 
@@ -41,30 +48,39 @@ export class ReadOps {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
         const meta = handles.generationFor(path, entry.meta);
-        // A shard whose reads the prefetcher follows (zarr opens it once per inner chunk): every read must
-        // reach it at the offset the reader asked, so neither the native side nor the kernel's page cache
-        // and readahead (which sends whole aligned megabytes, neighbours included) answers for it, and the
-        // handle reads nothing ahead (a block past one inner chunk is a guess the prefetcher makes better).
+        // A shard whose reads the prefetcher follows (zarr opens it once per inner chunk), while blocks of it
+        // are still to fetch: every read must reach it at the offset the reader asked, so neither the
+        // native side nor the kernel's page cache and readahead (which sends whole aligned megabytes,
+        // neighbours included) answers for it, and the handle reads nothing ahead (a block past one inner
+        // chunk is a guess the prefetcher makes better). Once all its blocks are on disk there is nothing
+        // to fetch in it and no neighbour to waste: it is read as any cached file (page cache, native
+        // reads), and its opens stand for its reads (through JavaScript, a warm epoch of a sharded array
+        // cost the daemon twice a plain one's CPU, and the main thread answered every read).
         deps.prefetcher?.opening(path, meta);
         const followed = deps.prefetcher?.followsReads(meta) ?? false;
+        const pageCache = followed && deps.native !== null && deps.native !== undefined && this.allOnDisk(meta);
+        const direct = followed && !pageCache;
         const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0, keepRecent: true } : deps.reader);
         const fh = handles.add(path, reader);
         // Blocks of this generation already on disk are read natively from the first read on.
         const file = deps.fuse.nativeFile(fh, meta.size, deps.blocks.blockSize);
-        if (!followed) deps.native?.register(file, meta, 0);
+        if (!direct) deps.native?.register(file, meta, 0);
         this.files.set(fh, file);
+        if (pageCache) this.throughPageCache.add(fh);
         // The kernel's pages of this inode stay while they belong to the generation this open reads
         // (libfuse 2's auto_cache did this by size and mtime); otherwise the open drops them.
         const node = inodes.node(ino);
         const keep = node !== undefined && node.cachedGeneration === meta.generation;
         if (node) node.cachedGeneration = meta.generation;
-        if (!a.open(fh, (keep ? OPEN_FLAGS.KEEP_CACHE : 0) | (followed ? OPEN_FLAGS.DIRECT_IO : 0), file)) {
+        if (!a.open(fh, (keep ? OPEN_FLAGS.KEEP_CACHE : 0) | (direct ? OPEN_FLAGS.DIRECT_IO : 0), file)) {
           reader.close();
           handles.remove(fh);
           this.files.delete(fh);
+          this.throughPageCache.delete(fh);
           return;
         }
         deps.prefetcher?.opened(path, meta);
+        if (pageCache) deps.prefetcher?.openedThroughPageCache(meta);
       },
       (err) => this.ctx.fail(a, path, err, errnoFor(err)),
     );
@@ -95,12 +111,14 @@ export class ReadOps {
       );
       return;
     }
-    // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads.
-    deps.prefetcher?.read(reader.meta, pos);
+    // Before any cache answers it: a reader of a sharded Zarr array shows where it is only by its reads
+    // (unless the kernel's page cache reads for it: see throughPageCache).
+    const pageCache = this.throughPageCache.has(fh);
+    if (!pageCache) deps.prefetcher?.read(reader.meta, pos);
     const file = this.files.get(fh);
     // The native path takes reads of this file's blocks on disk or on their way there; not a read it just
-    // gave back, nor one a writer's changes may touch, nor a shard's the prefetcher follows.
-    const native = deps.native && file && !fallback && !clean && !deps.prefetcher?.followsReads(reader.meta) ? { reads: deps.native, file } : null;
+    // gave back, nor one a writer's changes may touch, nor a shard's the prefetcher follows by its reads.
+    const native = deps.native && file && !fallback && !clean && (pageCache || !deps.prefetcher?.followsReads(reader.meta)) ? { reads: deps.native, file } : null;
     // Within one block that is here already: the kernel copies straight out of the block's memory.
     const view = reader.view(pos, size);
     if (view) {
@@ -159,7 +177,16 @@ export class ReadOps {
     this.ctx.handles.get(fh)?.close();
     this.ctx.handles.remove(fh);
     this.files.delete(fh);
+    this.throughPageCache.delete(fh);
     a.ok();
+  }
+
+  /** Whether every block of this generation is on disk, with the length it must have. */
+  private allOnDisk(meta: ObjectMeta): boolean {
+    const { blocks } = this.ctx.deps;
+    const n = Math.ceil(meta.size / blocks.blockSize);
+    for (let i = 0; i < n; i++) if (!blocks.diskRow(meta, i)) return false;
+    return true;
   }
 
   /** The file read handle `fh` reads since its object went, if it did. */

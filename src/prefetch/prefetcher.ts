@@ -132,6 +132,11 @@ export class Prefetcher {
     return this.closed ? null : this.shards.rangeFor(meta, pos, size);
   }
 
+  /** An open of a followed shard all on disk, read through the page cache: stands for a read (ShardFollower.openedThroughPageCache). */
+  openedThroughPageCache(meta: ObjectMeta): void {
+    if (!this.closed) this.shards.openedThroughPageCache(meta);
+  }
+
   /** A read of an open file (before the block cache answers it): moves a reader through a sharded array. */
   read(meta: ObjectMeta, pos: number): void {
     if (!this.closed) this.shards.read(meta, pos);

@@ -22,6 +22,8 @@ const YOUNG_STREAM = 4;
 const ALONE_SHARE = 1 / 8;
 /** Reads of a shard kept while its index loads: enough for a stream to see where the reader goes. */
 const EARLY_READS = 16;
+/** Opens of a shard read through the page cache this far apart are a new pass over it (openedThroughPageCache). */
+const PASS_GAP_MS = 1000;
 /** Bytes of a shard: an inner chunk's, or its index's. */
 export interface ByteRange {
   offset: number;
@@ -72,6 +74,8 @@ export class ShardFollower {
   private readonly opened = new Map<string, { array: ShardedArray; shard: number[] }>();
   /** Blocks asked for already: a later round of an overlapping stream does not ask again. */
   private readonly asked = new Map<string, true>();
+  /** Opens of shards read through the page cache, per generation: how many in this pass, and when the last. */
+  private readonly passes = new Map<string, { opens: number; at: number }>();
 
   constructor(private readonly deps: ShardFollowerDeps) {}
 
@@ -124,6 +128,32 @@ export class ShardFollower {
     // A stream past its start: the reader walks, and blocks (its next chunks with them) are on their way.
     if (shard.array.walks.some((w) => w.stream.distanceAhead > YOUNG_STREAM)) return null;
     return range;
+  }
+
+  /**
+   * An open of a followed shard all on disk, read through the page cache: its reads do not show where its
+   * reader is (hits in the kernel's cache never reach us, and its readahead reads neighbours in file
+   * order), so the open stands for one. zarr opens a shard for each inner chunk it reads (and for its
+   * index): the n-th open in a pass counts as a read of the shard's n-th inner chunk in each walk's order,
+   * so a walking reader, or a crowd splitting a walk, moves the walk through the shard at its pace or
+   * ahead of it, and on into the shards after it, which may still be to fetch. A reader that jumps opens
+   * one shard a few times in a row at times: that starts a short stream, whose fetches past the shard's
+   * end are the only ones this can waste.
+   */
+  openedThroughPageCache(meta: ObjectMeta): void {
+    const id = fileId(meta);
+    const shard = this.opened.get(id);
+    if (!shard) return;
+    const now = performance.now();
+    const pass = this.passes.get(id);
+    const n = pass && now - pass.at < PASS_GAP_MS ? pass.opens : 0;
+    remember(this.passes, id, { opens: n + 1, at: now });
+    for (const walk of shard.array.walks) {
+      const positions = positionsOf(shard.array.sharding, walk.order, shard.shard);
+      const position = positions[Math.min(n, positions.length - 1)];
+      if (position === undefined || !walk.stream.observe(position)) continue;
+      this.walk(shard.array, walk).catch((err: unknown) => this.deps.log.debug({ err: String(err) }, 'shard prefetch failed'));
+    }
   }
 
   /** A read at `pos` of an open file: if it is an inner chunk of a followed shard, the walk moves. */
@@ -284,4 +314,15 @@ export class ShardFollower {
     }
     return parseShardIndex(sharding, Buffer.concat(parts), meta.size);
   }
+}
+
+/** The positions of a shard's inner chunks (those inside the array) in a walk's order, lowest first. */
+function positionsOf(sharding: Sharding, order: InnerOrder, shard: number[]): number[] {
+  const entries = sharding.perShard.reduce((a, b) => a * b, 1);
+  const out: number[] = [];
+  for (let entry = 0; entry < entries; entry++) {
+    const chunk = { shard, entry };
+    if (insideArray(sharding, chunk)) out.push(order.positionOf(chunk));
+  }
+  return out.sort((a, b) => a - b);
 }
