@@ -156,7 +156,8 @@ export class Prefetcher {
   private async followArray(array: ZarrArray, path: string, meta: ObjectMeta): Promise<void> {
     const idx = chunkIndices(array, path);
     if (!idx) return;
-    // A shard is opened once per inner chunk read: its reads say where the reader is, not its opens.
+    // A shard is opened once per inner chunk read: its reads say where the reader is, not this open
+    // (unless it is read through the page cache: openedThroughPageCache).
     if (array.sharded) return this.shards.shardOpened(array.sharded, idx, meta);
     if (!array.stream.observe(linearOf(array.layout, idx))) return;
     const total = chunkCount(array.layout);

@@ -22,8 +22,10 @@ const YOUNG_STREAM = 4;
 const ALONE_SHARE = 1 / 8;
 /** Reads of a shard kept while its index loads: enough for a stream to see where the reader goes. */
 const EARLY_READS = 16;
-/** Opens of a shard read through the page cache this far apart are a new pass over it (openedThroughPageCache). */
-const PASS_GAP_MS = 1000;
+/** Opens of a shard read through the page cache this far apart are a new pass over it (a later epoch). */
+const PASS_GAP_MS = 30_000;
+/** Opens of a shard a zarr reader makes per inner chunk it reads: one to read the index, one the chunk. */
+const OPENS_PER_CHUNK = 2;
 /** Bytes of a shard: an inner chunk's, or its index's. */
 export interface ByteRange {
   offset: number;
@@ -59,7 +61,8 @@ export interface ShardedArray {
 /**
  * Follows readers through the inner chunks of sharded Zarr v3 arrays. zarr reads a shard's index, then
  * each inner chunk by range, opening the shard again for each: an open says nothing about where the
- * reader is, so progress is taken from the reads themselves (offset -> inner chunk, by the index), and
+ * reader is, so progress is taken from the reads themselves (offset -> inner chunk, by the index; for a
+ * shard read through the page cache, whose reads do not show it, from the count of its opens), and
  * inner chunks are fetched ahead (the blocks that hold them) in the order the reader walks, across
  * shards. Each shard's index is read once (sized from the codec, so before the reader asks) and kept.
  */
@@ -76,6 +79,8 @@ export class ShardFollower {
   private readonly asked = new Map<string, true>();
   /** Opens of shards read through the page cache, per generation: how many in this pass, and when the last. */
   private readonly passes = new Map<string, { opens: number; at: number }>();
+  /** Per shard generation read through the page cache, per walk: its inner chunks' positions, lowest first. */
+  private readonly shardPositions = new Map<string, number[][]>();
 
   constructor(private readonly deps: ShardFollowerDeps) {}
 
@@ -133,27 +138,37 @@ export class ShardFollower {
   /**
    * An open of a followed shard all on disk, read through the page cache: its reads do not show where its
    * reader is (hits in the kernel's cache never reach us, and its readahead reads neighbours in file
-   * order), so the open stands for one. zarr opens a shard for each inner chunk it reads (and for its
-   * index): the n-th open in a pass counts as a read of the shard's n-th inner chunk in each walk's order,
-   * so a walking reader, or a crowd splitting a walk, moves the walk through the shard at its pace or
-   * ahead of it, and on into the shards after it, which may still be to fetch. A reader that jumps opens
-   * one shard a few times in a row at times: that starts a short stream, whose fetches past the shard's
-   * end are the only ones this can waste.
+   * order), so its opens stand for them. zarr opens a shard twice per inner chunk it reads (its index,
+   * then the chunk): the n-th pair of opens in a pass counts as a read of the shard's n-th inner chunk in
+   * each walk's order, so a walking reader, or a crowd splitting a walk, moves the walk through the shard
+   * at its pace and on into the shards after it, which may still be to fetch. A pass ends once its opens
+   * have covered every inner chunk, or after PASS_GAP_MS without one. The index and chunk opens of one
+   * read fall on one position, so a shuffled reader starts a stream only when two of its reads in a row
+   * are of one shard; a reader of whole shards (one open each) moves no stream here, and its prefetch
+   * starts again from its reads of the first shard not on disk.
    */
   openedThroughPageCache(meta: ObjectMeta): void {
     const id = fileId(meta);
     const shard = this.opened.get(id);
     if (!shard) return;
+    let positions = this.shardPositions.get(id);
+    if (!positions) {
+      positions = shard.array.walks.map((w) => positionsOf(shard.array.sharding, w.order, shard.shard));
+      remember(this.shardPositions, id, positions);
+    }
+    const chunks = positions[0]?.length ?? 0;
+    if (chunks === 0) return;
     const now = performance.now();
     const pass = this.passes.get(id);
-    const n = pass && now - pass.at < PASS_GAP_MS ? pass.opens : 0;
-    remember(this.passes, id, { opens: n + 1, at: now });
-    for (const walk of shard.array.walks) {
-      const positions = positionsOf(shard.array.sharding, walk.order, shard.shard);
-      const position = positions[Math.min(n, positions.length - 1)];
-      if (position === undefined || !walk.stream.observe(position)) continue;
+    let opens = pass && now - pass.at < PASS_GAP_MS ? pass.opens : 0;
+    if (opens >= chunks * OPENS_PER_CHUNK) opens = 0;
+    remember(this.passes, id, { opens: opens + 1, at: now });
+    const nth = Math.floor(opens / OPENS_PER_CHUNK);
+    shard.array.walks.forEach((walk, i) => {
+      const position = positions[i]?.[nth];
+      if (position === undefined || !walk.stream.observe(position)) return;
       this.walk(shard.array, walk).catch((err: unknown) => this.deps.log.debug({ err: String(err) }, 'shard prefetch failed'));
-    }
+    });
   }
 
   /** A read at `pos` of an open file: if it is an inner chunk of a followed shard, the walk moves. */
