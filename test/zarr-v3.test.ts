@@ -139,6 +139,8 @@ describe('Zarr v3: sharded arrays and consolidated metadata', () => {
       const after = (await mountStats(m.path)).counters;
       const shardBlocks = (await run('find', [join(local, 'seq', c.array, 'c'), '-type', 'f', '-printf', '%s\\n'])).stdout.split('\n').filter(Boolean).reduce((n, size) => n + Math.ceil(Number(size) / MIB), 0);
       expect((after.block_cache_hits ?? 0) - (counters.block_cache_hits ?? 0)).toBeLessThanOrEqual(shardBlocks);
+      // All on disk by now: the warm epoch's shards are read through the page cache and the native side.
+      expect((after.native_reads ?? 0) - (counters.native_reads ?? 0)).toBeGreaterThan(0);
       await unmount(m.path);
     });
   }
