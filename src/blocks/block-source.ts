@@ -239,6 +239,13 @@ export class BlockSource {
     return row && row.size === Math.min(meta.size, (index + 1) * this.blockSize) - index * this.blockSize ? row : null;
   }
 
+  /** Whether every block of this generation is on disk with the length it must have (diskRow for each). */
+  allOnDisk(meta: ObjectMeta): boolean {
+    const n = Math.ceil(meta.size / this.blockSize);
+    for (let i = 0; i < n; i++) if (!this.diskRow(meta, i)) return false;
+    return true;
+  }
+
   private shared(map: Map<string, Pending>, key: string, priority: Priority, work: (p: Pending) => Promise<BlockData>): Promise<BlockData> {
     const existing = map.get(key);
     if (existing) {

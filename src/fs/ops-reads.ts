@@ -5,7 +5,6 @@ import { Errno, errnoFor } from './errno.js';
 import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
-import type { ObjectMeta } from '../gcs/object-client.js';
 import type { ByteRange } from '../prefetch/shard-follower.js';
 import type { WriteState } from '../writes/write-state.js';
 
@@ -58,7 +57,7 @@ export class ReadOps {
         // cost the daemon twice a plain one's CPU, and the main thread answered every read).
         deps.prefetcher?.opening(path, meta);
         const followed = deps.prefetcher?.followsReads(meta) ?? false;
-        const pageCache = followed && deps.native !== null && deps.native !== undefined && this.allOnDisk(meta);
+        const pageCache = followed && !!deps.native && deps.blocks.allOnDisk(meta);
         const direct = followed && !pageCache;
         const reader = new HandleReader(deps.blocks, meta, followed ? { ...deps.reader, maxWindowBlocks: 0, keepRecent: true } : deps.reader);
         const fh = handles.add(path, reader);
@@ -179,14 +178,6 @@ export class ReadOps {
     this.files.delete(fh);
     this.throughPageCache.delete(fh);
     a.ok();
-  }
-
-  /** Whether every block of this generation is on disk, with the length it must have. */
-  private allOnDisk(meta: ObjectMeta): boolean {
-    const { blocks } = this.ctx.deps;
-    const n = Math.ceil(meta.size / blocks.blockSize);
-    for (let i = 0; i < n; i++) if (!blocks.diskRow(meta, i)) return false;
-    return true;
   }
 
   /** The file read handle `fh` reads since its object went, if it did. */
