@@ -372,6 +372,9 @@ describe('stall timeout', () => {
     expect(s.currentMs).toBe(3000);
     for (let i = 0; i < 1000; i++) s.observe(10 * 60_000);
     expect(s.currentMs).toBe(60_000); // the cap
+    // The window keeps the last 1,000: once slow silences have left it, the floor is back.
+    for (let i = 0; i < 1040; i++) s.observe(50);
+    expect(s.currentMs).toBe(1500);
   });
 
   it('doubles for each cut of the same request, within the cap, so a server slow for everyone is waited for', () => {
