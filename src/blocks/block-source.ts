@@ -6,6 +6,7 @@ import type { Metrics } from '../observe/metrics.js';
 import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buffers.js';
 import type { BlockRow } from './block-index.js';
 import { blockFileKey } from './block-key.js';
+import { BlockLanding } from './block-landing.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 import { RecentBlocks } from './recent-blocks.js';
@@ -78,29 +79,17 @@ const RECENT_MAX_BYTES = 1024 * 2 ** 20;
  */
 export class BlockSource {
   readonly blockSize: number;
-  /**
-   * Told of each prefetched block once it is on disk, unless a reader waited for it meanwhile (set by
-   * the native read path, which loads it into memory: the open that follows then reads no disk).
-   */
-  preloadAhead: ((row: BlockRow) => void) | null = null;
-  /**
-   * Set by the native read path: each block going to disk is lent to it while it is written (named by
-   * its block file key), so reads waiting for it in the addon are answered from the download's memory
-   * rather than waiting for the file. It keeps a reference of its own while it uses the block.
-   */
-  lendAhead: ((fileKey: string, block: BlockData) => void) | null = null;
   private readonly blocks = new Map<string, Pending>();
   private readonly wholes = new Map<string, Pending>();
   /** Loads of byte ranges kept apart from blocks (getRange). */
   private readonly ranges = new Map<string, Pending>();
-  /** Blocks on their way to disk: served from here meanwhile, so a read right after a fetch never misses. */
-  private readonly writing = new Map<string, BlockData>();
-  /** Blocks someone waits to see on disk (coming()), by block id: settled with the row, or null. */
-  private readonly landings = new Map<string, { promise: Promise<BlockRow | null>; settle: (row: BlockRow | null) => void }>();
+  /** Blocks on their way to disk: served from there meanwhile, so a read right after a fetch never misses. */
+  private readonly toDisk: BlockLanding;
   private readonly recent: RecentBlocks;
 
   constructor(private readonly deps: BlockSourceDeps) {
     this.blockSize = deps.buffers.blockSize;
+    this.toDisk = new BlockLanding(deps);
     this.recent = new RecentBlocks(Math.min(RECENT_MAX_BYTES, Math.floor(deps.buffers.budget.limit * RECENT_SHARE)), deps.buffers.budget, this.blockSize);
     deps.metrics.setGauge('memory_recent_blocks_bytes', () => this.recent.bytes);
     deps.metrics.setGauge('downloads_in_flight', () => deps.scheduler.inFlight);
@@ -136,7 +125,7 @@ export class BlockSource {
     if (!disk || length <= 0 || length > this.blockSize) return null;
     for (let b = Math.floor(offset / this.blockSize); b <= Math.floor((offset + length - 1) / this.blockSize); b++) {
       const id = blockId(meta, b);
-      if (this.blocks.has(id) || this.writing.has(id) || this.recent.has(id) || disk.lookup(this.diskKey(meta, b))) return null;
+      if (this.blocks.has(id) || this.toDisk.has(id) || this.recent.has(id) || disk.lookup(this.diskKey(meta, b))) return null;
     }
     const id = rangeId(meta, offset, length);
     const load = (p: 'demand' | 'prefetch') => this.shared(this.ranges, id, p, (pending) => this.loadRange(disk, meta, offset, length, p, pending)).then((b) => b.retain());
@@ -152,9 +141,9 @@ export class BlockSource {
     const { metrics } = this.deps;
     const id = rangeId(meta, offset, length);
     const key = this.rangeKey(meta, offset, length);
-    const beingWritten = this.writing.get(id);
+    const beingWritten = this.toDisk.take(id);
     const row = beingWritten ? null : disk.lookup(key);
-    const cached = beingWritten ? beingWritten.retain() : row ? await this.fromDisk(disk, row, length, priority, priority === 'demand' ? 'wait' : 'skip') : null;
+    const cached = beingWritten ?? (row ? await this.fromDisk(disk, row, length, priority, priority === 'demand' ? 'wait' : 'skip') : null);
     if (cached) {
       metrics.inc('block_cache_hits');
       metrics.inc('block_cache_hit_bytes', cached.bytes.length);
@@ -166,8 +155,18 @@ export class BlockSource {
     const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, offset, offset + length, pending.rate, lease));
     pending.ticket = ticket;
     const { block, crc32c } = await result;
-    this.keepOnDisk(id, key, block, crc32c, null);
+    this.toDisk.keep(id, key, block, crc32c, null);
     return block;
+  }
+
+  /** See BlockLanding.preloadAhead (set by the native read path). */
+  set preloadAhead(f: ((row: BlockRow) => void) | null) {
+    this.toDisk.preloadAhead = f;
+  }
+
+  /** See BlockLanding.lendAhead (set by the native read path). */
+  set lendAhead(f: ((fileKey: string, block: BlockData) => void) | null) {
+    this.toDisk.lendAhead = f;
   }
 
   /** Lets go of the blocks kept in memory (the mount is stopping). */
@@ -187,7 +186,7 @@ export class BlockSource {
 
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
   cached(meta: ObjectMeta, index: number): boolean {
-    return this.writing.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
+    return this.toDisk.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
   }
 
   /**
@@ -198,31 +197,11 @@ export class BlockSource {
   coming(meta: ObjectMeta, index: number): { key: string; landed: Promise<BlockRow | null> } | null {
     if (!this.deps.disk) return null;
     const id = blockId(meta, index);
-    const loading = this.writing.has(id) ? null : (this.blocks.get(id) ?? (this.fetchedWhole(meta) ? this.wholes.get(fileId(meta)) : undefined));
-    if (!loading && !this.writing.has(id)) return null;
+    const writing = this.toDisk.has(id);
+    const loading = writing ? null : (this.blocks.get(id) ?? (this.fetchedWhole(meta) ? this.wholes.get(fileId(meta)) : undefined));
+    if (!loading && !writing) return null;
     const key = this.diskKey(meta, index);
-    let landing = this.landings.get(id);
-    if (!landing) {
-      let settle!: (row: BlockRow | null) => void;
-      const promise = new Promise<BlockRow | null>((resolve) => (settle = resolve));
-      landing = { promise, settle };
-      this.landings.set(id, landing);
-      // A load that ends without a disk write (failed, skipped, or a block found in memory) lands nothing;
-      // one that starts a write has it in `writing` by then, and that write settles the landing.
-      const ended = (): void => {
-        if (!this.writing.has(id)) this.land(id, key);
-      };
-      loading?.promise.then(ended, ended);
-    }
-    return { key: blockFileKey(key), landed: landing.promise };
-  }
-
-  /** Settles the landing of block `id`, if anybody waits for it, with its row as the index has it now. */
-  private land(id: string, key: BlockKey): void {
-    const landing = this.landings.get(id);
-    if (!landing) return;
-    this.landings.delete(id);
-    landing.settle(this.deps.disk?.lookup(key) ?? null);
+    return { key: blockFileKey(key), landed: this.toDisk.landing(id, key, loading?.promise ?? null) };
   }
 
   /** Whether the object's blocks are fetched in one download (see wholeObjectThreshold). */
@@ -273,11 +252,11 @@ export class BlockSource {
   private async load(meta: ObjectMeta, index: number, priority: Priority, memory: MemoryWait, pending: Pending, keepRecent: boolean): Promise<BlockData> {
     const { disk, metrics } = this.deps;
     const id = blockId(meta, index);
-    const beingWritten = this.writing.get(id);
+    const beingWritten = this.toDisk.take(id);
     if (beingWritten) {
       metrics.inc('block_cache_hits');
       metrics.inc('block_cache_hit_bytes', beingWritten.bytes.length);
-      return beingWritten.retain();
+      return beingWritten;
     }
     const kept = this.deps.prefetched?.take(meta, index);
     if (kept) return kept;
@@ -353,37 +332,9 @@ export class BlockSource {
     return data;
   }
 
-  /**
-   * Counts a downloaded block and writes it to disk in the background: the reader has its bytes now.
-   * `crc32c`: the block's CRC32C when already known (a whole object checked against GCS's, or a range
-   * hashed by the download worker it landed on).
-   * `prefetch`: a prefetch's place in the queue: if no reader has waited on it by the time the block is
-   * on disk, the block is handed to `preloadAhead` (the native read path loads it into memory then).
-   */
+  /** A downloaded block: counted, and written to disk in the background (BlockLanding.keep). */
   private stored(meta: ObjectMeta, index: number, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null = null): void {
-    this.keepOnDisk(blockId(meta, index), this.diskKey(meta, index), block, crc32c, prefetch);
-  }
-
-  /** stored()'s work for any cache entry: `id` names it in memory while it is written, `key` on disk. */
-  private keepOnDisk(id: string, key: BlockKey, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null): void {
-    this.deps.metrics.inc('block_fetches');
-    this.deps.metrics.inc('block_fetch_bytes', block.bytes.length);
-    if (!this.deps.disk || this.writing.has(id)) return;
-    const ref = block.retain();
-    this.writing.set(id, ref);
-    // Checked already (a whole object against GCS's CRC32C), and the reads a lender serves are answered
-    // from these bytes until the block lands: they never change while `ref` holds them.
-    this.lendAhead?.(blockFileKey(key), ref);
-    const disk = this.deps.disk;
-    // Nobody awaits this chain: a failure in it is logged here, never left to end the process.
-    void disk.write(key, ref.bytes, ref.directCapacity, crc32c, () => this.land(id, key)).finally(() => {
-      this.writing.delete(id);
-      this.land(id, key);
-      ref.release();
-      if (prefetch?.priority !== 'background' || !this.preloadAhead) return;
-      const row = disk.lookup(key);
-      if (row) this.preloadAhead(row);
-    }).catch((err: Error) => this.deps.log.warn({ err: err.message, key }, 'after a block was written to the cache'));
+    this.toDisk.keep(blockId(meta, index), this.diskKey(meta, index), block, crc32c, prefetch);
   }
 
   /**
