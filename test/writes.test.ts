@@ -314,6 +314,55 @@ describe('writes under faults and crashes', () => {
     await unmount(m.path);
   }, 120_000);
 
+  it('a full temp dir: the writer hears ENOSPC, and an edit refused for room leaves the object as it was (never zeros)', async () => {
+    const tb = await startBucket('tempfull');
+    const original = bytes(16 * MIB, 11);
+    await upload(tb, 'big.log', original);
+    await upload(tb, 'small', bytes(MIB, 12));
+    const temp = await tempDir('tmpfs-temp');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', temp])).code).toBe(0);
+    try {
+      const m = await mount({ tb, args: ['--temp-dir', temp] });
+      const filler = join(temp, 'filler');
+      // The disk itself full before the staging margin's next check (every 8 MiB of growth): the staged
+      // file's own ENOSPC reaches the writer as ENOSPC (libfuse once turned Node's -28 into ERANGE).
+      await fsp.writeFile(filler, Buffer.alloc(61 * MIB));
+      const edited = await py(
+        `import os,sys,errno
+fd=os.open(sys.argv[1], os.O_WRONLY)
+try:
+  for i in range(8): os.pwrite(fd, b'x' * (1 << 20), i << 20)
+  print('ok')
+except OSError as x: print(errno.errorcode[x.errno])`,
+        join(m.path, 'small'),
+      );
+      expect(edited).toBe('ENOSPC');
+      // ~10 MiB left: below the margin (5% of the disk) plus its 8 MiB of slack, so the 16 MiB copy of
+      // big.log is refused.
+      await fsp.writeFile(filler, Buffer.alloc(54 * MIB));
+      const appended = await py(
+        `import os,sys,errno
+fd=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND)
+for line in (b'one\\n', b'two\\n'):
+  try: os.write(fd, line); print('ok')
+  except OSError as x: print(errno.errorcode[x.errno])
+os.close(fd); print('closed')`,
+        join(m.path, 'big.log'),
+      );
+      // Both appends refused (the second too: it once went into the empty copy the first left behind,
+      // and the close uploaded 16 MiB of zeros and a line).
+      expect(appended.split('\n')).toEqual(['ENOSPC', 'ENOSPC', 'closed']);
+      expect(sha256((await stored(tb, 'big.log'))!)).toBe(sha256(original));
+      // With room again, an append goes through whole.
+      await fsp.rm(filler);
+      await py(`import sys\nwith open(sys.argv[1],'ab') as f: f.write(b'three\\n')`, join(m.path, 'big.log'));
+      expect(sha256((await stored(tb, 'big.log'))!)).toBe(sha256(Buffer.concat([original, Buffer.from('three\n')])));
+      await unmount(m.path);
+    } finally {
+      await run('umount', ['-l', temp]);
+    }
+  }, 120_000);
+
   it('-o ro refuses every change with EROFS', async () => {
     const tb = await startBucket('readonly');
     await upload(tb, 'a', 'x');

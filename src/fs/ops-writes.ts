@@ -13,6 +13,8 @@ import type { Answer, OpContext } from './operations.js';
 
 const O_ACCMODE = 3;
 const E = osConstants.errno;
+/** Errors of the staging disk a writer is told as they are (any other is EIO). */
+const STAGING_DISK_CODES: ReadonlySet<string> = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
 
 /**
  * Handles of files open for writing (or open while a writer has them) are numbered from here, apart from
@@ -336,7 +338,10 @@ export class WriteOps {
 
   private failed(a: Answer, path: string, err: unknown): void {
     const given = (err as { errno?: unknown }).errno;
-    const errno = typeof given === 'number' ? given : E[writeErrno(err) as keyof typeof E];
+    const code = (err as { code?: unknown }).code;
+    // Our own refusals carry the kernel's errno. Node's fs errors carry libuv's (negative: libfuse turned
+    // -28 into ERANGE) and their name in `code`: the staged copy's disk says ENOSPC or EDQUOT as itself.
+    const errno = typeof given === 'number' && given > 0 ? given : typeof code === 'string' && STAGING_DISK_CODES.has(code) ? E[code as keyof typeof E] : E[writeErrno(err) as keyof typeof E];
     this.ctx.fail(a, path, err, errno);
   }
 }

@@ -59,6 +59,8 @@ export class StagingDir {
     this.grownSinceCheck = 0;
     const free = this.margin.freeBytes();
     if (free !== null && free - FREE_CHECK_BYTES < this.margin.bytes) {
+      // Refused: the next growth, however small, is checked again (not after another 8 MiB).
+      this.grownSinceCheck = FREE_CHECK_BYTES;
       throw new StagingFullError(`temp dir ${this.dir} is down to ${free} bytes free (the margin is ${this.margin.bytes})`);
     }
   }

@@ -310,9 +310,11 @@ export class WriteState {
     this.staged = staged;
     const source = this.source;
     if (!source || emptying || source.size === 0) return;
-    this.reserveDisk(source.size);
-    this.filling = staged.fill(source, this.deps.blocks);
     try {
+      // Inside the try: a copy refused for room must not stay behind as the file, empty. It did, and the
+      // next small write went into it: the upload at close was zeros where the object's bytes had been.
+      this.reserveDisk(source.size);
+      this.filling = staged.fill(source, this.deps.blocks);
       await this.filling;
     } catch (err) {
       this.staged = null;
