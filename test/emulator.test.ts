@@ -48,6 +48,7 @@ const DEFAULT_KNOBS: Partial<EmulatorKnobs> = {
   pageSize: 1000,
   failMedia: null,
   denyBucketGet: false,
+  denyDelete: false,
   rejectTokens: [],
   uploadResetRate: 0,
   uploadSessionTtlMs: 0,
@@ -632,6 +633,18 @@ describe('knobs', () => {
       expect((await rawJson('/storage/v1/b/bkt/o?maxResults=1')).status).toBe(200);
     });
     expect((await rawJson('/storage/v1/b/bkt')).status).toBe(200);
+  });
+
+  it('denyDelete answers deletes and moves 403 and keeps the object; reads and uploads still work', async () => {
+    await withKnobs({ denyDelete: true }, async () => {
+      const del = await fetch(`${emu.url}${obj}`, { method: 'DELETE' });
+      expect([del.status, (await del.json()).error.errors[0].reason]).toEqual([403, 'forbidden']);
+      const move = await fetch(`${emu.url}${obj}/moveTo/o/moved-elsewhere`, { method: 'POST' });
+      expect(move.status).toBe(403);
+      expect((await rawJson(obj)).status).toBe(200);
+      expect((await fetch(`${emu.url}${obj}?alt=media`)).status).toBe(200);
+    });
+    expect((await rawJson('/storage/v1/b/bkt/o/moved-elsewhere')).status).toBe(404);
   });
 
   it('rejectTokens answers 401 to requests bearing those tokens only', async () => {

@@ -45,6 +45,11 @@ export interface EmulatorKnobs {
   bodyStallResumes: boolean;
   /** Bucket-resource GETs answer 403, as for a key holding only roles/storage.objectViewer (no storage.buckets.get). */
   denyBucketGet: boolean;
+  /**
+   * Object deletes and moves (which delete their source) answer 403, as GCS answers a key without
+   * storage.objects.delete (GCS asks for it to replace an object too; uploads are left alone here).
+   */
+  denyDelete: boolean;
   /** API requests whose `Authorization: Bearer TOKEN` names one of these tokens answer 401 (an expired or revoked token). */
   rejectTokens: string[];
   /**
@@ -79,6 +84,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   bodyStallMs: 60_000,
   bodyStallResumes: true,
   denyBucketGet: false,
+  denyDelete: false,
   rejectTokens: [],
   uploadResetRate: 0,
   uploadSessionTtlMs: 0,
@@ -129,6 +135,7 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
   // An explicit `undefined` means "not given", not "clear this knob".
   if (src.stall !== undefined && typeof src.stall !== 'boolean') throw new Error('stall must be true or false');
   if (src.denyBucketGet !== undefined && typeof src.denyBucketGet !== 'boolean') throw new Error('denyBucketGet must be true or false');
+  if (src.denyDelete !== undefined && typeof src.denyDelete !== 'boolean') throw new Error('denyDelete must be true or false');
   if (src.bodyStallResumes !== undefined && typeof src.bodyStallResumes !== 'boolean') throw new Error('bodyStallResumes must be true or false');
   const rt = src.rejectTokens;
   if (rt !== undefined && !(Array.isArray(rt) && rt.every((t) => typeof t === 'string'))) throw new Error('rejectTokens must be a list of strings');

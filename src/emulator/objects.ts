@@ -98,12 +98,20 @@ export async function getObjectMetadata(ctx: RequestContext, bucket: string, nam
 
 export async function deleteObject(ctx: RequestContext, bucket: string, name: string): Promise<void> {
   validateGenerationParams(ctx.query);
+  deniedDelete(ctx, bucket, name);
   const { store } = ctx.shared;
   if (!(await store.bucketStat(bucket))) throw noSuchBucket();
   const target = { bucket, name };
   const removed = await store.remove(bucket, name, (cur, attrs) => checkWrite(ctx.query, cur, target, attrs.metageneration));
   if (!removed) throw new HttpError(404, `No such object: ${bucket}/${name}`);
   await ctx.send(204, Buffer.alloc(0));
+}
+
+/** The 403 a key without storage.objects.delete gets (knob denyDelete): for deletes, and moves of their source. */
+export function deniedDelete(ctx: RequestContext, bucket: string, name: string): void {
+  if (!ctx.knobs.denyDelete) return;
+  ctx.entry.injected = '403';
+  throw new HttpError(403, `Caller does not have storage.objects.delete access to the Google Cloud Storage object. Permission 'storage.objects.delete' denied on resource (or it may not exist): ${bucket}/${name}.`);
 }
 
 /** Opens an object or throws the 404 GCS would send (bucket first, then object). */

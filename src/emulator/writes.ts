@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { attrsFromResource, metadataFrom, type NewAttrs, type ObjectAttrs } from './attributes.js';
 import { checkSource, checkWrite, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
-import { hashesOf, noSuchBucket } from './objects.js';
+import { deniedDelete, hashesOf, noSuchBucket } from './objects.js';
 import { objectResource } from './resources.js';
 import { readSmallBody } from './uploads.js';
 import { openObject, type StoredObject } from './stored-object.js';
@@ -158,6 +158,7 @@ export async function moveObject(ctx: RequestContext, bucket: string, srcName: s
   validateGenerationParams(ctx.query);
   ctx.req.resume();
   if (srcName === destName) throw new HttpError(400, 'Source and destination object names must be different.');
+  deniedDelete(ctx, bucket, srcName);
   const { store } = ctx.shared;
   if (!(await store.bucketStat(bucket))) throw noSuchBucket();
   const tmp = await store.tempPath(bucket);
