@@ -363,6 +363,75 @@ os.close(fd); print('closed')`,
     }
   }, 120_000);
 
+  it('a rename while a close uploads the file waits for that upload: the bytes end up under the new name', async () => {
+    const tb = await startBucket('renameclose');
+    await upload(tb, 'old', 'old bytes');
+    const m = await mount({ tb });
+    expect((await run('ls', [m.path])).code).toBe(0);
+    for (const [name, dest, data] of [
+      ['new', 'new2', 'new bytes'],
+      ['old', 'old2', 'edited'],
+    ] as const) {
+      const writer = heldReader(
+        `import sys
+f=open(sys.argv[1],'wb'); f.write(sys.argv[2].encode()); f.flush()
+print('opened', flush=True); sys.stdin.readline()
+try: f.close(); print('closed')
+except OSError as x: print('close failed', x.errno)`,
+        [join(m.path, name), data],
+      );
+      await writer.opened;
+      // The close's upload takes 2 s; the rename comes in the middle of it.
+      tb.emulator.setKnobs({ latencyMs: 2000 });
+      writer.proceed();
+      await new Promise((r) => setTimeout(r, 500));
+      const renamed = await run(PY, ['-c', 'import os,sys; os.rename(sys.argv[1], sys.argv[2])', join(m.path, name), join(m.path, dest)]);
+      const closed = await writer.done;
+      tb.emulator.setKnobs({ latencyMs: 0 });
+      expect(renamed.code, renamed.stderr).toBe(0);
+      expect(closed.stdout.trim().split('\n').pop()).toBe('closed');
+      // Before: a new file's upload landed under the old name (nothing under the new one); an edited
+      // object's upload met the moved object's generation gone (ESTALE) and the edit was lost.
+      expect((await stored(tb, dest))?.toString()).toBe(data);
+      expect(await stored(tb, name)).toBeNull();
+    }
+    await unmount(m.path);
+  }, 120_000);
+
+  it('an unlink or a rename over a file open for writing that GCS refuses leaves that file uploading at its close', async () => {
+    const tb = await startBucket('refusedremove');
+    await upload(tb, 'ckpt', 'v1');
+    await upload(tb, 'target', 't1');
+    await upload(tb, 'src', 's1');
+    const m = await mount({ tb });
+    expect((await run('ls', [m.path])).code).toBe(0);
+    for (const [name, change] of [
+      ['ckpt', `os.unlink(os.path.join(root,'ckpt'))`],
+      ['target', `os.rename(os.path.join(root,'src'), os.path.join(root,'target'))`],
+    ] as const) {
+      const writer = heldReader(
+        `import sys
+f=open(sys.argv[1],'r+b'); f.write(b'edited'); f.flush()
+print('opened', flush=True); sys.stdin.readline()
+try: f.close(); print('closed')
+except OSError as x: print('close failed', x.errno)`,
+        [join(m.path, name)],
+      );
+      await writer.opened;
+      tb.emulator.setKnobs({ denyDelete: true });
+      const refused = await py(`import os,sys,errno\nroot=sys.argv[1]\ntry: ${change}; print('ok')\nexcept OSError as x: print(errno.errorcode[x.errno])`, m.path);
+      tb.emulator.setKnobs({ denyDelete: false });
+      expect(refused).toBe('EACCES');
+      writer.proceed();
+      expect((await writer.done).stdout.trim().split('\n').pop()).toBe('closed');
+      // Before: the file was detached for a removal that did not happen; its close "succeeded" and
+      // uploaded nothing.
+      expect((await stored(tb, name))?.toString()).toBe('edited');
+    }
+    expect((await stored(tb, 'src'))?.toString()).toBe('s1');
+    await unmount(m.path);
+  }, 120_000);
+
   it('-o ro refuses every change with EROFS', async () => {
     const tb = await startBucket('readonly');
     await upload(tb, 'a', 'x');

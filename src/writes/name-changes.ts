@@ -46,13 +46,26 @@ export class NameChanges {
     if (!state && !entry) throw new RefusedError('ENOENT', `${path} does not exist`);
     if (entry?.kind === 'dir') throw new RefusedError('EISDIR', `${path} is a folder`);
     await this.files.readers()?.beforeRemoved(path, state);
-    if (state) {
-      this.files.states.delete(path);
-      await state.detach();
+    if (state) this.files.states.delete(path);
+    try {
+      await state?.detach();
+      const live = state ? state.liveGeneration : entry?.kind === 'file' ? entry.meta.generation : undefined;
+      if (!state || state.inBucket) await deleteObject(this.deps.client, this.deps.names.objectName(path), live !== '0' ? live : undefined);
+    } catch (err) {
+      if (state) this.putBack(path, state);
+      throw err;
     }
-    const live = state ? state.liveGeneration : entry?.kind === 'file' ? entry.meta.generation : undefined;
-    if (!state || state.inBucket) await deleteObject(this.deps.client, this.deps.names.objectName(path), live !== '0' ? live : undefined);
     this.deps.changes.set(path, null);
+  }
+
+  /**
+   * A removal of `path` failed: its file open for writing is the name's again (reattach), unless a new
+   * open took the name meanwhile (then that one uploads, and this one's writes were refused ESTALE anyway).
+   */
+  private putBack(path: string, state: WriteState): void {
+    if (this.files.states.has(path)) return;
+    state.reattach();
+    this.files.states.set(path, state);
   }
 
   /** mkdir: a placeholder object `dir/`, created only where nothing is (EEXIST otherwise). */
@@ -122,17 +135,33 @@ export class NameChanges {
   }
 
   private async renameFile(from: string, to: string, meta: ObjectMeta, target: Entry | null): Promise<Entry> {
+    const state = this.files.states.get(from);
+    // The file's upload in flight (a close's) lands first, under the name it was started for.
+    const release = state ? await state.hold() : null;
+    try {
+      if (state && this.files.states.get(from) !== state) throw new RefusedError('ENOENT', `${from} was removed meanwhile`);
+      return await this.renameFileNow(from, to, meta, target, state ?? null);
+    } finally {
+      release?.();
+    }
+  }
+
+  private async renameFileNow(from: string, to: string, meta: ObjectMeta, target: Entry | null, state: WriteState | null): Promise<Entry> {
     const states = this.files.states;
-    const state = states.get(from);
     const replaced = states.get(to);
     const targetGen = replaced ? replaced.liveGeneration : target?.kind === 'file' ? target.meta.generation : '0';
     if (target?.kind === 'file') await this.files.readers()?.beforeRemoved(to, replaced);
-    if (replaced) {
-      states.delete(to);
-      await replaced.detach();
-    }
+    if (replaced) states.delete(to);
     let moved: WrittenObject | null = null;
-    if (!state || state.inBucket) moved = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta, targetGen);
+    try {
+      await replaced?.detach();
+      // An open file moves the generation it knows is live (another writer's object there is theirs:
+      // the move is refused, ESTALE); a closed one the generation its entry showed.
+      if (!state || state.inBucket) moved = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? (state.liveObject ?? undefined) : meta, targetGen);
+    } catch (err) {
+      if (replaced) this.putBack(to, replaced);
+      throw err;
+    }
     if (moved) this.files.readers()?.moved(from, to, moved);
     this.deps.changes.set(from, null);
     if (state) {
@@ -161,6 +190,18 @@ export class NameChanges {
       const page = await client.list({ prefix: names.dirPrefix(to), maxResults: 2 });
       if (page.objects.some((o) => o.name !== names.dirPrefix(to)) || this.hasLocalChildren(to)) throw new RefusedError('ENOTEMPTY', `${to} is not empty`);
     }
+    // Uploads in flight of the folder's open files land first, under the names they were started for.
+    const releases = await Promise.all([...states].filter(([p]) => p.startsWith(`${from}/`)).map(([, s]) => s.hold()));
+    try {
+      return await this.renameDirNow(from, to, target?.kind === 'dir');
+    } finally {
+      for (const release of releases) release();
+    }
+  }
+
+  private async renameDirNow(from: string, to: string, replacesDir: boolean): Promise<Entry> {
+    const { client, names } = this.deps;
+    const states = this.files.states;
     const srcPrefix = names.dirPrefix(from);
     const destPrefix = names.dirPrefix(to);
     const objects: ObjectMeta[] = [];
@@ -175,7 +216,7 @@ export class NameChanges {
     } while (pageToken);
     const hasPlaceholder = objects.some((o) => o.name === srcPrefix);
     const files = objects.filter((o) => o.name !== srcPrefix);
-    if (target?.kind === 'dir') await deleteObject(client, destPrefix);
+    if (replacesDir) await deleteObject(client, destPrefix);
     // The new placeholder first and the old one last, so the folder is never missing on either side.
     if (hasPlaceholder || files.length === 0) await client.uploadObject(destPrefix, Buffer.alloc(0), { ifGenerationMatch: '0' }).catch(ignorePrecondition);
     const movedByName = new Map<string, WrittenObject>();

@@ -180,6 +180,31 @@ export class WriteState {
     });
   }
 
+  /**
+   * Waits for this file's changes and uploads in flight, and holds back later ones until the returned
+   * function is called. A rename moves the file between two of them: one that ran beside a close's
+   * upload let the upload land under the old name (a new file's bytes at `from` and nothing at `to`).
+   */
+  hold(): Promise<() => void> {
+    return new Promise((held) => {
+      void this.run(() => new Promise<void>((release) => held(release)));
+    });
+  }
+
+  /**
+   * A removal of the name that failed after detach(): the name and its object are still there, so the
+   * file is the name's again and its next close uploads (a writer kept detached would see its writes and
+   * closes succeed, and nothing reach GCS).
+   */
+  reattach(): void {
+    this.unlinked = false;
+  }
+
+  /** The object this file knows is live at its name (what a rename of it moves), or null when it is new. */
+  get liveObject(): ObjectMeta | null {
+    return this.inBucket ? this.source : null;
+  }
+
   /** An explicit mtime (utimes): kept for the upload, as gcsfuse keeps it. */
   setMtime(ms: number): void {
     this.mtimeMs = ms;
