@@ -74,7 +74,7 @@ export class WriteOps {
         if (entry && flags & constants.O_EXCL) return a.error(E.EEXIST);
         if (entry?.kind === 'dir') return a.error(Errno.EISDIR);
         const state = this.writes.open(path, entry?.kind === 'file' ? entry.meta : null);
-        if (entry && flags & constants.O_TRUNC) await state.truncate(0);
+        if (entry && flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
         const ino = inodes.lookedUp(path);
         const fh = this.add(state, true);
@@ -107,7 +107,7 @@ export class WriteOps {
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
         const state = this.writes.open(path, entry.meta);
-        if (flags & constants.O_TRUNC) await state.truncate(0);
+        if (flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
         const fh = this.add(state, writable);
         const node = inodes.node(ino);
@@ -318,6 +318,20 @@ export class WriteOps {
     const fh = this.next++;
     this.files.set(fh, { state, writable });
     return fh;
+  }
+
+  /**
+   * O_TRUNC of a file just opened (a handle counted): a refused truncate (ESTALE) fails the open, and
+   * the handle it counted goes with it. Left counted, the file never had its last close: the path
+   * answered ESTALE to every open until the daemon stopped.
+   */
+  private async truncateOpened(state: WriteState): Promise<void> {
+    try {
+      await state.truncate(0);
+    } catch (err) {
+      this.releaseDetached(state);
+      throw err;
+    }
   }
 
   private change(a: Answer, parent: number, name: string, work: (path: string) => Promise<void>): void {
