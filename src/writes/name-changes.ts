@@ -132,8 +132,13 @@ export class NameChanges {
       await replaced.detach();
     }
     let moved: WrittenObject | null = null;
-    if (!state || state.inBucket) moved = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta, targetGen);
-    if (moved) this.files.readers()?.moved(from, to, moved);
+    if (!state || state.inBucket) {
+      // `meta` may be a newer generation than the one readers of `from` are pinned to (replaced behind
+      // the mount): they follow only the generation moved.
+      const m = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? undefined : meta, targetGen);
+      moved = m.object;
+      this.files.readers()?.moved(from, to, m.source, moved);
+    }
     this.deps.changes.set(from, null);
     if (state) {
       states.delete(from);
@@ -183,11 +188,11 @@ export class NameChanges {
       await Promise.all(
         files.slice(i, i + MOVE_PARALLEL).map(async (o) => {
           const dest = destPrefix + o.name.slice(srcPrefix.length);
-          const moved = await moveObject(client, o.name, dest, o, '0');
+          const { object: moved, source } = await moveObject(client, o.name, dest, o, '0');
           movedByName.set(dest, moved);
           this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
           const rel = o.name.slice(srcPrefix.length);
-          if (!rel.endsWith('/')) this.files.readers()?.moved(`${from}/${rel}`, `${to}/${rel}`, moved);
+          if (!rel.endsWith('/')) this.files.readers()?.moved(`${from}/${rel}`, `${to}/${rel}`, source, moved);
         }),
       );
     }
