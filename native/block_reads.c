@@ -50,7 +50,8 @@ void br_enqueue_locked(struct job *j) {
 static void serve(struct job *j) {
   struct br_file *f = j->f;
   uint64_t end = j->off + j->size;
-  if (end > f->size) end = f->size;
+  uint64_t size = br_file_size(f);
+  if (end > size) end = size;
   if (j->off >= end) {
     fuse_reply_buf(j->req, NULL, 0);
     br_count(BR_READS, 1);
@@ -174,7 +175,8 @@ int br_may_wait(void *userdata) { return !eng.hooks.may_wait || eng.hooks.may_wa
 
 int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, size_t size) {
   if (!eng.started || f->block_size != eng.block_size) return 0;
-  uint64_t end = off + size < f->size ? off + size : f->size;
+  uint64_t fsize = br_file_size(f);
+  uint64_t end = off + size < fsize ? off + size : fsize;
   uint64_t first = off / f->block_size;
   uint64_t last = end > off ? (end - 1) / f->block_size : first;
   if (last - first >= MAX_SPAN) return 0;
@@ -192,7 +194,7 @@ int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, siz
   }
   // A sequential reader: the next blocks are read from disk while this one is answered.
   if (off == f->next_off) {
-    for (uint64_t b = last + 1; b <= last + AHEAD && b * f->block_size < f->size; b++) {
+    for (uint64_t b = last + 1; b <= last + AHEAD && b * f->block_size < fsize; b++) {
       if (b < f->ahead_upto) continue;
       struct reg *r = br_find_reg(f, b);
       if (!r || r->expected) break;

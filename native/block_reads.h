@@ -58,6 +58,9 @@ void br_file_unref(struct br_file *f);
 uint64_t br_file_js_fh(const struct br_file *f);
 // Forgets every block registered for the file (a writer changes its bytes): its reads go to JavaScript.
 void br_file_clear(struct br_file *f);
+// The file reads another generation now, of `size` bytes: every block registered for it (the old
+// generation's) is forgotten. A read racing with it is clamped to either size.
+void br_file_resize(struct br_file *f, uint64_t size);
 // Registers block `block` of the file as the block file `key` with CRC32C `crc`.
 void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t crc);
 // Registers block `block` of the file as the block file `key`, still on its way to disk: a read of it

@@ -38,7 +38,8 @@ struct reg {
 struct br_file {
   atomic_int refs;
   uint64_t js_fh;
-  uint64_t size;
+  // Atomic: br_file_resize changes it while readers on other threads clamp to it (either value will do).
+  _Atomic uint64_t size;
   uint64_t block_size;
   // Under br_lock:
   struct reg regs[REGS];
@@ -87,6 +88,7 @@ void br_enqueue_locked(struct job *j);
 int br_may_wait(void *userdata);
 
 struct reg *br_find_reg(struct br_file *f, uint64_t block);
+uint64_t br_file_size(const struct br_file *f);
 uint32_t br_block_len(const struct br_file *f, uint64_t block);
 // Sends job `j` (a read of registered blocks) on: to the workers when none of its blocks is on its way
 // (or those that are are in memory already, br_lend), else parked on the first that is (or, where it

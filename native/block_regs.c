@@ -21,7 +21,7 @@ struct br_file *br_file_new(uint64_t js_fh, uint64_t size, uint64_t block_size) 
   if (!f) return NULL;
   atomic_init(&f->refs, 1);
   f->js_fh = js_fh;
-  f->size = size;
+  atomic_init(&f->size, size);
   f->block_size = block_size;
   for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
   return f;
@@ -63,16 +63,31 @@ void br_file_add(struct br_file *f, uint64_t block, const char *key, uint32_t cr
   pthread_mutex_unlock(&br_lock);
 }
 
-void br_file_clear(struct br_file *f) {
-  pthread_mutex_lock(&br_lock);
+static void clear_locked(struct br_file *f) {
   for (unsigned i = 0; i < REGS; i++) f->regs[i].block = UINT64_MAX;
   f->ahead_upto = 0;
+}
+
+void br_file_clear(struct br_file *f) {
+  pthread_mutex_lock(&br_lock);
+  clear_locked(f);
   pthread_mutex_unlock(&br_lock);
 }
 
+void br_file_resize(struct br_file *f, uint64_t size) {
+  pthread_mutex_lock(&br_lock);
+  // Together under the lock: a read routed after it finds neither an old block nor the old size.
+  clear_locked(f);
+  atomic_store_explicit(&f->size, size, memory_order_relaxed);
+  pthread_mutex_unlock(&br_lock);
+}
+
+uint64_t br_file_size(const struct br_file *f) { return atomic_load_explicit(&f->size, memory_order_relaxed); }
+
 uint32_t br_block_len(const struct br_file *f, uint64_t block) {
   uint64_t start = block * f->block_size;
-  uint64_t left = f->size > start ? f->size - start : 0;
+  uint64_t size = br_file_size(f);
+  uint64_t left = size > start ? size - start : 0;
   return (uint32_t)(left < f->block_size ? left : f->block_size);
 }
 
@@ -169,7 +184,8 @@ static void park_locked(struct expect *e, struct job *j) {
 
 void br_route_locked(struct job *j) {
   struct br_file *f = j->f;
-  uint64_t end = j->off + j->size < f->size ? j->off + j->size : f->size;
+  uint64_t size = br_file_size(f);
+  uint64_t end = j->off + j->size < size ? j->off + j->size : size;
   for (uint64_t b = j->off / f->block_size; end > j->off && b <= (end - 1) / f->block_size; b++) {
     struct reg *r = br_find_reg(f, b);
     // Dropped since it was submitted: it did not land, a writer opened the file, or the ring moved on.

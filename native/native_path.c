@@ -88,6 +88,18 @@ static napi_value drop_blocks(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// setFileSize(file, size): the open file reads another generation, of `size` bytes: its registered
+// blocks (the old one's) no longer answer, and its reads are clamped to the new size, not the size it
+// was opened with (else reads past the old end would be answered EOF natively).
+static napi_value set_file_size(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  args_of(env, info, 2, argv);
+  struct br_file *f = file_arg(env, argv[0]);
+  if (!f) return NULL;
+  br_file_resize(f, (uint64_t)num(env, argv[1]));
+  return NULL;
+}
+
 // A block key argument: 32 hex digits into `key` (BR_KEY_LEN + 2 bytes), or a TypeError thrown and 0.
 static int key_arg(napi_env env, napi_value v, char *key) {
   size_t len = 0;
@@ -278,6 +290,7 @@ int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("lendBlock", lend_block);
   EXPORT("revokeBlock", revoke_block);
   EXPORT("dropBlocks", drop_blocks);
+  EXPORT("setFileSize", set_file_size);
   EXPORT("readNative", read_native);
   EXPORT("startNativeReads", start_native_reads);
   EXPORT("nativeStats", native_stats);

@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { HandleReader } from '../src/blocks/handle-reader.js';
+import type { BlockData } from '../src/blocks/block-buffers.js';
+import type { BlockSource } from '../src/blocks/block-source.js';
+import { HandleReader } from '../src/blocks/handle-reader.js';
+import { ReadaheadBudget } from '../src/blocks/readahead-budget.js';
 import type { ObjectMeta } from '../src/gcs/object-client.js';
 import { HandleTable } from '../src/fs/handles.js';
 
@@ -50,5 +53,70 @@ describe('the table of sizes reported to the kernel', () => {
     expect(table.generationFor('/a', meta('a', '2')).generation).toBe('1');
     now += 1_000;
     expect(table.generationFor('/a', meta('a', '2')).generation).toBe('2');
+  });
+});
+
+describe('open handles when their object moves or is replaced', () => {
+  it('follow a rename or an upload only of the generation they are pinned to', () => {
+    const table = new HandleTable({ ttlMs: 60_000, max: 10 });
+    const g1 = meta('a', '1');
+    const r1 = readerOf(g1);
+    const r2 = readerOf(g1);
+    const fd1 = table.add('/a', r1);
+    const fd2 = table.add('/a', r2);
+    // The object at /a was replaced behind the mount (generation 2), and that one was renamed: the
+    // handles stay on generation 1, under /a.
+    expect(table.moved('/a', '/b', '2', meta('b', '3'))).toEqual([]);
+    expect(table.pinned('/a')).toBe(g1);
+    expect(table.pinned('/b')).toBeUndefined();
+    expect(r1.meta).toBe(g1);
+    // Generation 1 itself moved: both handles read the moved copy, under the new name.
+    const moved = meta('b', '4');
+    expect(table.moved('/a', '/b', '1', moved)).toEqual([fd1, fd2]);
+    expect(table.pinned('/a')).toBeUndefined();
+    expect(table.pinned('/b')).toBe(moved);
+    expect([r1.meta, r2.meta, table.pathOf(fd1)]).toEqual([moved, moved, '/b']);
+    // An upload over generation 4 (from === to) moves them on again; one over another generation does not.
+    expect(table.moved('/b', '/b', '3', meta('b', '5'))).toEqual([]);
+    expect(table.moved('/b', '/b', '4', meta('b', '6'))).toEqual([fd1, fd2]);
+    expect(table.pinned('/b')?.generation).toBe('6');
+  });
+});
+
+describe('a handle reader switched to a generation with other bytes', () => {
+  const MIB = 1024 * 1024;
+  const blockOf = (fill: number): BlockData => {
+    const bytes = Buffer.alloc(MIB, fill);
+    const data: BlockData = { bytes, directCapacity: 0, retain: () => data, release: () => undefined };
+    return data;
+  };
+
+  it('answers from the new generation only, even when loads of the old one land after the switch', async () => {
+    // Loads of generation 1 wait until let go; generation 2's block i is filled with 0x20 + i.
+    const waiting: Array<() => void> = [];
+    const asked: string[] = [];
+    const source = {
+      blockSize: MIB,
+      get: (m: ObjectMeta, index: number): Promise<BlockData> => {
+        asked.push(`${m.generation}:${index}`);
+        if (m.generation === '2') return Promise.resolve(blockOf(0x20 + index));
+        return new Promise((resolve) => waiting.push(() => resolve(blockOf(0x10 + index))));
+      },
+    } as unknown as BlockSource;
+    const budget = new ReadaheadBudget(8);
+    const reader = new HandleReader(source, meta('a', '1', 2 * MIB), { maxWindowBlocks: 4, budget });
+    const first = reader.read(0, Buffer.alloc(1024)); // block 0 on demand, block 1 ahead
+    expect(new Set(asked)).toEqual(new Set(['1:0', '1:1']));
+    reader.regenerate(meta('a', '2', 3 * MIB));
+    expect(budget.inUse).toBe(0); // the load ahead gave its share back
+    for (const go of waiting) go();
+    await first; // the read already under way answers with what it asked for
+    for (const pos of [0, MIB, 2 * MIB]) {
+      const into = Buffer.alloc(16);
+      expect(await reader.read(pos, into)).toBe(16);
+      expect(into[0]).toBe(0x20 + pos / MIB);
+      expect(reader.view(pos, 16)?.bytes[0]).toBe(0x20 + pos / MIB);
+    }
+    reader.close();
   });
 });

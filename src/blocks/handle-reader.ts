@@ -64,7 +64,10 @@ export class HandleReader {
 
   constructor(
     private readonly source: BlockSource,
-    /** The generation read; moved() changes it for the same bytes under another name. */
+    /**
+     * The generation read; HandleTable.moved() changes it for the same bytes under another name,
+     * regenerate() for other bytes.
+     */
     public meta: ObjectMeta,
     private readonly cfg: HandleReaderConfig,
   ) {
@@ -233,6 +236,19 @@ export class HandleReader {
     }
 
     return wanted;
+  }
+
+  /**
+   * The handle reads `meta` from now on, whose bytes differ from the generation it read (a writer here
+   * uploaded it): the blocks it holds, and those on their way (they are dropped, so a fetch of the old
+   * generation that lands later is let go, never held), would answer reads of the new one with old
+   * bytes. The sequential run starts over.
+   */
+  regenerate(meta: ObjectMeta): void {
+    this.meta = meta;
+    for (const index of [...this.held.keys()]) this.drop(index);
+    this.frontier = 0;
+    this.window = 1;
   }
 
   /** Gives back this file's share of the readahead budget; the handle is done. */

@@ -127,20 +127,27 @@ export class HandleTable {
   }
 
   /**
-   * The object at `from` was renamed to `to` (a new generation with the same bytes): its open handles
-   * read that one now, under the new name, and the pin goes with them.
+   * Generation `source` of the object at `from` became `meta` at `to` (a rename: the same bytes; or an
+   * upload here over it, from === to). The open handles of `from` read `meta` from now on, under the new
+   * name, and the pin goes with them, only when `source` is the generation they are pinned to: a handle
+   * never mixes two generations' bytes, so handles of another generation stay on theirs (and fail once
+   * it is gone, as they would without the move). Returns the handles moved; after an upload, the caller
+   * drops what they hold of the old bytes (ReadOps.regenerated).
    */
-  moved(from: string, to: string, meta: ObjectMeta): void {
+  moved(from: string, to: string, source: string, meta: ObjectMeta): number[] {
     const pin = this.pins.get(from);
-    if (!pin) return;
+    if (!pin || pin.meta.generation !== source) return [];
     this.pins.delete(from);
     this.reported.delete(from);
     this.pins.set(to, { meta, opens: pin.opens });
-    for (const f of this.open.values()) {
+    const fds: number[] = [];
+    for (const [fd, f] of this.open) {
       if (f.path !== from) continue;
       f.path = to;
       f.reader.meta = meta;
+      fds.push(fd);
     }
+    return fds;
   }
 
   get(fd: number): HandleReader | undefined {

@@ -201,6 +201,11 @@ export interface FuseAddon {
   nativeMaintain(idleSecs: number): string[];
   /** A writer changes the open file's bytes: none of the blocks registered for it answers a read natively now. */
   dropBlocks(file: NativeFile): void;
+  /**
+   * The open file reads another generation now, of `size` bytes: its registered blocks are dropped, and
+   * native reads are clamped to the new size rather than the one it was opened with.
+   */
+  setFileSize(file: NativeFile, size: number): void;
   /** The native CRC32C (hardware where the CPU has it). */
   crc32c(data: Buffer, crc?: number): number;
   /** Lifts the soft RLIMIT_NOFILE to the hard one; returns [soft, hard] in force after (-1: unlimited). */

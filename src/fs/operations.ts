@@ -252,9 +252,11 @@ export function createOperations(deps: OperationDeps): Operations {
     ctx.orphanOf = (fh) => reads.orphanOf(fh);
     ctx.writes.readers = {
       beforeRemoved: (path, state) => reads.keepBytes(path, state),
-      moved: (from, to, object) => handles.moved(from, to, object),
-      uploaded: (path, object) => {
-        handles.moved(path, path, object);
+      moved: (from, to, source, object) => {
+        handles.moved(from, to, source, object);
+      },
+      uploaded: (path, replaced, object) => {
+        for (const fh of handles.moved(path, path, replaced, object)) reads.regenerated(fh, object);
         handles.reportedToKernel(path, object);
       },
       writeOpened: (path) => reads.writeOpened(path),

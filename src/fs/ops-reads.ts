@@ -5,6 +5,7 @@ import { Errno, errnoFor } from './errno.js';
 import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { ByteRange } from '../prefetch/shard-follower.js';
 import type { WriteState } from '../writes/write-state.js';
 
@@ -191,6 +192,17 @@ export class ReadOps {
       const file = this.files.get(fh);
       if (file) this.ctx.deps.fuse.dropBlocks(file);
     }
+  }
+
+  /**
+   * Handle `fh` reads `meta` from now on, a generation with other bytes (HandleTable.moved after an upload
+   * here): neither its reader's blocks nor its native registrations (the old generation's) answer a read
+   * any more, and its native side clamps reads to the new size (a grown file's new end would read as EOF).
+   */
+  regenerated(fh: number, meta: ObjectMeta): void {
+    this.ctx.handles.get(fh)?.regenerate(meta);
+    const file = this.files.get(fh);
+    if (file) this.ctx.deps.fuse.setFileSize(file, meta.size);
   }
 
   /**

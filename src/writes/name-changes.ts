@@ -153,16 +153,23 @@ export class NameChanges {
     if (target?.kind === 'file') await this.files.readers()?.beforeRemoved(to, replaced);
     if (replaced) states.delete(to);
     let moved: WrittenObject | null = null;
+    let source: string | null = null;
     try {
       await replaced?.detach();
       // An open file moves the generation it knows is live (another writer's object there is theirs:
       // the move is refused, ESTALE); a closed one the generation its entry showed.
-      if (!state || state.inBucket) moved = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? (state.liveObject ?? undefined) : meta, targetGen);
+      if (!state || state.inBucket) {
+        const m = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? (state.liveObject ?? undefined) : meta, targetGen);
+        moved = m.object;
+        source = m.source;
+      }
     } catch (err) {
       if (replaced) this.putBack(to, replaced);
       throw err;
     }
-    if (moved) this.files.readers()?.moved(from, to, moved);
+    // `meta` may be a newer generation than the one readers of `from` are pinned to (replaced behind
+    // the mount): they follow only the generation moved.
+    if (moved && source !== null) this.files.readers()?.moved(from, to, source, moved);
     this.deps.changes.set(from, null);
     if (state) {
       states.delete(from);
@@ -224,11 +231,11 @@ export class NameChanges {
       await Promise.all(
         files.slice(i, i + MOVE_PARALLEL).map(async (o) => {
           const dest = destPrefix + o.name.slice(srcPrefix.length);
-          const moved = await moveObject(client, o.name, dest, o, '0');
+          const { object: moved, source } = await moveObject(client, o.name, dest, o, '0');
           movedByName.set(dest, moved);
           this.movedUnder(from, to, o.name.slice(srcPrefix.length), moved);
           const rel = o.name.slice(srcPrefix.length);
-          if (!rel.endsWith('/')) this.files.readers()?.moved(`${from}/${rel}`, `${to}/${rel}`, moved);
+          if (!rel.endsWith('/')) this.files.readers()?.moved(`${from}/${rel}`, `${to}/${rel}`, source, moved);
         }),
       );
     }

@@ -23,16 +23,23 @@ export async function deleteObject(client: WritableObjectClient, name: string, g
   }
 }
 
+/** An object moved: the new one, and the generation of the source it was (open readers follow only that one). */
+export interface MovedObject {
+  object: WrittenObject;
+  source: string;
+}
+
 /** The atomic objects.move; where the server has none (400/501), a copy then a delete, with the same preconditions. */
-export async function moveObject(client: WritableObjectClient, src: string, dest: string, known: ObjectMeta | undefined, destGen: string): Promise<WrittenObject> {
+export async function moveObject(client: WritableObjectClient, src: string, dest: string, known: ObjectMeta | undefined, destGen: string): Promise<MovedObject> {
   // What the source holds, to recognise it at `dest` when a retried move's first answer was lost.
   const source = known ?? (await client.statObject(src));
   if (!source) throw new RefusedError('ENOENT', `${src} does not exist`);
   const gen = source.generation;
+  const moved = (object: WrittenObject): MovedObject => ({ object, source: gen });
   try {
-    return await client.moveObject(src, dest, { ifSourceGenerationMatch: gen, ifGenerationMatch: destGen });
+    return moved(await client.moveObject(src, dest, { ifSourceGenerationMatch: gen, ifGenerationMatch: destGen }));
   } catch (err) {
-    if (isGcsError(err, 'NOT_FOUND') || isGcsError(err, 'PRECONDITION')) return movedAlready(client, dest, source, err);
+    if (isGcsError(err, 'NOT_FOUND') || isGcsError(err, 'PRECONDITION')) return moved(await movedAlready(client, dest, source, err));
     if (!isGcsError(err, 'INVALID')) throw err;
   }
   // No objects.move on this server: a copy, then a delete of the source generation copied.
@@ -41,7 +48,7 @@ export async function moveObject(client: WritableObjectClient, src: string, dest
     throw err;
   });
   await deleteObject(client, src, gen);
-  return copy;
+  return moved(copy);
 }
 
 /** A move (or copy) refused: fine when `dest` already holds the source's bytes (our own retried call did it). */

@@ -20,8 +20,8 @@ export interface WriteConfig {
 
 export interface WriteStateDeps extends UploadDeps {
   config: WriteConfig;
-  /** An upload finished: this machine sees `object` at `state.path` from now on. */
-  uploaded: (state: WriteState, object: WrittenObject) => void;
+  /** An upload over generation `replaced` ('0': none) finished: this machine sees `object` at `state.path` from now on. */
+  uploaded: (state: WriteState, replaced: string, object: WrittenObject) => void;
   staging: StagingDir;
   blocks: BlockSource;
   log: Logger;
@@ -245,9 +245,10 @@ export class WriteState {
       // them fails whatever reads it next (never the upload that already has them).
       const object = await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined));
       this.dirty = false;
+      const replaced = this.expect;
       this.expect = object.generation;
       this.source = object;
-      this.deps.uploaded(this, object);
+      this.deps.uploaded(this, replaced, object);
       this.deps.metrics.inc('write_uploads');
       this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
       void this.adopt(object, upload.blockCrcs, this.changes);

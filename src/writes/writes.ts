@@ -30,7 +30,7 @@ export class Writes {
   constructor(private readonly deps: WritesDeps) {
     this.stateDeps = {
       ...deps,
-      uploaded: (state, object) => this.uploaded(state, object),
+      uploaded: (state, replaced, object) => this.uploaded(state, replaced, object),
     };
     this.nameChanges = new NameChanges(deps, { states: this.states, readers: () => this.readers, entryOf: (path) => this.entryOf(path) });
     deps.metrics.setGauge('write_files_open', () => this.states.size);
@@ -113,11 +113,11 @@ export class Writes {
     while (this.closing.size > 0) await Promise.allSettled([...this.closing]);
   }
 
-  /** An upload of `state` finished: this machine sees the object from now on. */
-  private uploaded(state: WriteState, object: WrittenObject): void {
+  /** An upload of `state` over generation `replaced` finished: this machine sees the object from now on. */
+  private uploaded(state: WriteState, replaced: string, object: WrittenObject): void {
     if (state.unlinked) return;
     this.deps.changes.set(state.path, { kind: 'file', meta: object });
-    this.readers?.uploaded(state.path, object);
+    this.readers?.uploaded(state.path, replaced, object);
   }
 
   /** utimes of a file's mtime: kept for an open file's upload, else set in the object's metadata (gcsfuse_mtime). */
