@@ -52,6 +52,15 @@ export class LocalChanges {
     return c.entry;
   }
 
+  /**
+   * What this mount knew of `path` is wrong (its upload met another writer's object): the record goes,
+   * and so does what the caches below hold of it (`expired`), so the next lookup asks GCS.
+   */
+  forget(path: string): void {
+    this.drop(path);
+    this.expired(path);
+  }
+
   /** The changes made in the folder `folder`, by name (null: removed). */
   inFolder(folder: string): ReadonlyMap<string, Entry | null> | undefined {
     this.sweep();

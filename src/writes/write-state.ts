@@ -22,6 +22,8 @@ export interface WriteStateDeps extends UploadDeps {
   config: WriteConfig;
   /** An upload over generation `replaced` ('0': none) finished: this machine sees `object` at `state.path` from now on. */
   uploaded: (state: WriteState, replaced: string, object: WrittenObject) => void;
+  /** An upload met another writer's object (412): what this machine holds of `state.path` is out of date. */
+  outdated: (state: WriteState) => void;
   staging: StagingDir;
   blocks: BlockSource;
   log: Logger;
@@ -366,6 +368,7 @@ export class WriteState {
     if (isPrecondition(err)) {
       this.stale = true;
       this.dirty = false;
+      this.deps.outdated(this);
       this.deps.metrics.inc('write_estale');
       return new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened: theirs is kept`);
     }

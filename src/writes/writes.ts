@@ -7,7 +7,7 @@ import { NameChanges, type NameChangesDeps } from './name-changes.js';
 import type { OpenReaders } from './open-readers.js';
 import { WriteState, type WriteStateDeps } from './write-state.js';
 
-export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded'>, NameChangesDeps {
+export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded' | 'outdated'>, NameChangesDeps {
   namespace: Namespace;
 }
 
@@ -31,6 +31,10 @@ export class Writes {
     this.stateDeps = {
       ...deps,
       uploaded: (state, replaced, object) => this.uploaded(state, replaced, object),
+      // A new open after an ESTALE reads the object that is there now, not the cached one for a TTL more.
+      outdated: (state) => {
+        if (!state.unlinked) this.deps.changes.forget(state.path);
+      },
     };
     this.nameChanges = new NameChanges(deps, { states: this.states, readers: () => this.readers, entryOf: (path) => this.entryOf(path) });
     deps.metrics.setGauge('write_files_open', () => this.states.size);
