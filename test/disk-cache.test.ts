@@ -266,6 +266,27 @@ describe('a block cache that meets trouble recovers from it', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
+  it('answers a miss, not a throw, for a damaged block whose row the index cannot delete just now (a full disk)', async () => {
+    const dir = await tempDir('cache');
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    try {
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      await fsp.writeFile((await blockFiles(dir))[0]!, Buffer.alloc(1000, 2)); // damaged: fails its CRC32C
+      vi.spyOn(BlockIndex.prototype, 'delete').mockImplementation(() => {
+        throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      });
+      expect(await cache.read(key(0))).toBeNull();
+      vi.restoreAllMocks();
+      // Still damaged, still indexed: the next read finds it again and drops it.
+      expect(cache.has(key(0))).toBe(true);
+      expect(await cache.read(key(0))).toBeNull();
+      expect(cache.has(key(0))).toBe(false);
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('keeps a block a stale damage report names when its file is whole now, and drops one that is damaged', async () => {
     const dir = await tempDir('cache');
     const metrics = new Metrics();

@@ -218,11 +218,7 @@ export class DiskCache {
     } finally {
       this.space.unpin(key);
     }
-    try {
-      this.drop(row, counter, why);
-    } catch {
-      // The index could not delete the row (a full disk): the next read of it finds the damage again.
-    }
+    this.drop(row, counter, why);
   }
 
   /** Whether the block file holds the row's bytes now. */
@@ -315,13 +311,22 @@ export class DiskCache {
     this.log.warn({ dir: this.cfg.dir, code }, `${what} (${code}: the daemon is short of file descriptors or memory; logged once a minute)`);
   }
 
+  /**
+   * Drops a damaged block's row; never throws. A read that found the damage is a miss either way (GCS
+   * answers it): an index that cannot delete just now (SQLITE_FULL on a full disk, a cache closing) once
+   * turned that miss into EIO for the reader. The next read of the block then finds the damage again.
+   */
   private drop(row: BlockRow, counter: 'block_cache_missing' | 'block_cache_short' | 'block_cache_corrupt', why: string): void {
-    // Two readers may find the same block bad (a JavaScript read and the native path): it goes once.
-    if (!this.index.has(row.key)) return;
-    this.metrics.inc(counter);
-    this.log.warn({ object: row.object, generation: row.generation, block: row.block, why }, 'dropping a damaged cached block; it will be fetched again');
-    this.index.delete([row.key]);
-    this.space.removed(row.key, row.size);
+    try {
+      // Two readers may find the same block bad (a JavaScript read and the native path): it goes once.
+      if (!this.index.has(row.key)) return;
+      this.metrics.inc(counter);
+      this.log.warn({ object: row.object, generation: row.generation, block: row.block, why }, 'dropping a damaged cached block; it will be fetched again');
+      this.index.delete([row.key]);
+      this.space.removed(row.key, row.size);
+    } catch (err) {
+      this.log.warn({ object: row.object, block: row.block, err: String(err) }, 'a damaged cached block could not be dropped from the index just now');
+    }
   }
 
   /** Files and rows made to agree (reconcileBlocks), the counts following the rows dropped. */
