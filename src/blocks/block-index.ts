@@ -130,7 +130,12 @@ export class BlockIndex {
     const clean = this.setting('clean');
     this.fresh = clean === undefined;
     this.wasDirty = clean === '0';
+    // Durable before any block file goes in: with synchronous=NORMAL a WAL commit may roll back at a
+    // power loss, and an index that then still said 'clean' would skip the reconcile that finds block
+    // files whose rows were lost (kept on disk, outside the budget, for good).
+    db.pragma('synchronous = FULL');
     this.setSetting('clean', '0');
+    db.pragma('synchronous = NORMAL');
   }
 
   /**
