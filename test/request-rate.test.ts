@@ -85,6 +85,18 @@ describe('request rate: token bucket', () => {
     await clock.advance(200);
     expect(granted).toBe(true);
   });
+
+  it('pauses the mount for at most 30 s whatever a Retry-After asks (an hour froze every request)', async () => {
+    const clock = new FakeClock();
+    const r = limiter(clock, { initial: 100, burstSeconds: 1, min: 50 });
+    r.throttled(await r.acquire(), 3600);
+    let granted = false;
+    void r.acquire().then(() => (granted = true));
+    await clock.advance(29_000);
+    expect(granted).toBe(false);
+    await clock.advance(2_000);
+    expect(granted).toBe(true);
+  });
 });
 
 describe('request rate: AIMD', () => {

@@ -17,6 +17,13 @@ export interface PriorityRef {
   priority: RatePriority;
 }
 
+/**
+ * The longest a Retry-After pauses the whole mount: the retry policy's longest backoff. One 429 that asked
+ * for an hour (a proxy's, or an HTTP-date read with a clock behind) froze every request on the mount for
+ * it; a server that still means it answers 429 again, and the pause starts over.
+ */
+const MAX_PAUSE_MS = 30_000;
+
 export interface RequestRateConfig extends RateControlConfig {
   /** Seconds of tokens the bucket may hold: how large a burst is allowed after idling. */
   burstSeconds: number;
@@ -144,7 +151,7 @@ export class RequestRate {
   throttled(grant: RateGrant, retryAfterSeconds: number | null): boolean {
     const t = this.now();
     if (retryAfterSeconds !== null && retryAfterSeconds > 0) {
-      this.pausedUntil = Math.max(this.pausedUntil, t + retryAfterSeconds * 1000);
+      this.pausedUntil = Math.max(this.pausedUntil, t + Math.min(retryAfterSeconds * 1000, MAX_PAUSE_MS));
       this.arm();
     }
     if (!this.control.throttled(grant, t)) return false;
