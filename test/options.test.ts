@@ -276,6 +276,9 @@ describe('parseMountArgs: command line', () => {
   it('takes a negative number as a flag value', () => {
     expect(getNumber(parse('--metadata-cache-ttl-secs', '-1', 'b', '/m'), 'metadata-cache-ttl-secs')).toBe(-1);
     expect(getTtl(parse('--metadata-cache-ttl-secs', '-1', 'b', '/m'), 'metadata-cache-ttl-secs')).toEqual({ kind: 'forever' });
+    // 0 downloads in flight would start none: every cold read hung. -1 (no limit) and positive numbers pass.
+    expectOptionError(() => parse('--file-cache-max-parallel-downloads', '0', 'b', '/m'), '--file-cache-max-parallel-downloads', 'use -1');
+    expect(getNumber(parse('--file-cache-max-parallel-downloads', '-1', 'b', '/m'), 'file-cache-max-parallel-downloads')).toBe(-1);
   });
 
   it('handles boolean flags: bare, =true, =false, and never eats the next word', () => {

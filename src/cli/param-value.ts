@@ -19,8 +19,11 @@ export function parseParamValue(param: Param, text: string, label: string): unkn
   switch (param.type) {
     case 'bool':
       return parseBool(label, text);
-    case 'int':
-      return parseInt(label, text, param.min, param.max);
+    case 'int': {
+      const n = parseInt(label, text, param.min, param.max);
+      if (n === 0 && param.refuseZero) throw new OptionError(`invalid value ${JSON.stringify(text)} for ${optionLabel(label)}: ${param.refuseZero}`);
+      return n;
+    }
     case 'float':
       return parseFloat(label, text, param.min, param.max);
     case 'duration': {

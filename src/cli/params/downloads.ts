@@ -33,6 +33,8 @@ export const DOWNLOAD_PARAMS = [
     group: 'Downloads',
     effect: 'effective',
     min: -1,
+    // 0 once meant no download ever started: every cold read hung.
+    refuseZero: '0 would start no download; use -1 for no limit, or a positive number',
   },
   {
     flag: 'file-cache-parallel-downloads-per-file',

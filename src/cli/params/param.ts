@@ -34,6 +34,8 @@ export interface Param {
   /** Bounds for numeric types (inclusive). */
   min?: number;
   max?: number;
+  /** For an 'int' whose range takes -1 (unlimited) but where 0 would mean "never": why 0 is refused. */
+  refuseZero?: string;
   /** For 'string' options with a fixed vocabulary (matched case-insensitively, stored lower-case). */
   choices?: readonly string[];
   /** A filesystem path: '~' is expanded and relative paths are made absolute. */
