@@ -212,6 +212,29 @@ describe('a listing in parts', () => {
     expect(requests).toBeLessThan(50 + 30);
   });
 
+  it('fetches a page a reader waits for even when the walk is paused (once it hung for good)', async () => {
+    const workers = new ListWorkers(1);
+    let paused = false;
+    let n = 0;
+    const fetch = async (start: string): Promise<FetchedPage> => {
+      await sleep(10);
+      if (start === '') return { keys: ['a'], metas: [meta('a', 0)], lastKey: 'a', more: false };
+      n++;
+      const k = `m/${String(n).padStart(3, '0')}`;
+      return { keys: [k], metas: [meta(k, n)], lastKey: k, more: n < 3, nextPageToken: n < 3 ? `t${n}` : null };
+    };
+    const lister = new RangeLister({ fetch, onPage: () => undefined, workers, maxParallel: 10, delimited: false, paused: () => paused });
+    lister.start('', false, ['m/']);
+    // The part [m/, ...) takes the only worker for its first page; another walk's page queues behind it.
+    await sleep(5);
+    void workers.run(() => sleep(300).then(() => undefined));
+    await sleep(50); // m/'s first page is in; its next waits in the queue
+    paused = true; // the walk is now far ahead of its reader
+    const covered = await Promise.race([lister.coverRange('m/', 'm0').then(() => 'covered'), sleep(3000).then(() => 'hung')]);
+    expect(covered).toBe('covered');
+    expect(n).toBe(3);
+  });
+
   it("asks a short first page for a lookup's own part, and full pages for the rest", async () => {
     const sorted = Array.from({ length: 2000 }, (_, i) => `c.${i}`).sort(compareKeys);
     const asked: { start: string; small: boolean }[] = [];

@@ -258,7 +258,9 @@ export class RangeLister {
     const ticket = this.cfg.workers.run(() => {
       started = true;
       s.queued = null;
-      if (!this.urgent && this.cfg.paused?.()) return Promise.resolve();
+      // A page a reader waits for goes whatever the pause says: skipped, it was never asked for again
+      // (its ticket gone), and the readdir or lookup waiting on it hung for good.
+      if (!this.urgent && !this.needed(s) && this.cfg.paused?.()) return Promise.resolve();
       if (!this.urgent && !this.needed(s)) this.cfg.onBackgroundPage?.();
       return this.page(s);
     });
