@@ -2,7 +2,9 @@ import { generateKeyPairSync } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CredentialsError } from '../src/gcs/auth.js';
+import { createServer, type Socket } from 'node:net';
+import { CredentialsError, resolveAuth, tokenError } from '../src/gcs/auth.js';
+import { GcsError } from '../src/gcs/errors.js';
 import { checkKeyFile } from '../src/gcs/key-file.js';
 import { cleanupAll, daemonEnv, GCSMOUNT, run, startBucket, tempDir, type TestBucket } from './helpers/harness.js';
 
@@ -26,6 +28,42 @@ describe('--key-file', () => {
   afterAll(async () => {
     await cleanupAll();
     await tb?.emulator.close();
+  });
+
+  it('gives up on a token endpoint that never answers, after the token timeout, with one line (it hung for good)', async () => {
+    // A proxy on loopback that takes the connection and never answers: the token request goes nowhere else.
+    const sockets: Socket[] = [];
+    const silent = createServer((s) => void sockets.push(s));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const { port } = silent.address() as { port: number };
+    const saved = { https: process.env.HTTPS_PROXY, no: process.env.NO_PROXY };
+    process.env.HTTPS_PROXY = `http://127.0.0.1:${port}`;
+    delete process.env.NO_PROXY;
+    try {
+      const key = await write('sa-silent.json', JSON.stringify(serviceAccount));
+      const t0 = performance.now();
+      const outcome = await Promise.race([
+        resolveAuth({ kind: 'key-file', path: key }, { METADATA_SERVER_DETECTION: 'none' }, 500).then(() => 'resolved', (err: unknown) => err),
+        new Promise((r) => setTimeout(() => r('hung'), 10_000)),
+      ]);
+      expect(outcome).toBeInstanceOf(CredentialsError);
+      expect((outcome as Error).message).toMatch(/no access token after 0.5 s/);
+      expect(performance.now() - t0).toBeLessThan(5_000);
+    } finally {
+      process.env.HTTPS_PROXY = saved.https;
+      if (saved.https === undefined) delete process.env.HTTPS_PROXY;
+      if (saved.no !== undefined) process.env.NO_PROXY = saved.no;
+      for (const s of sockets) s.destroy();
+      silent.close();
+    }
+  });
+
+  it('takes a token endpoint refusing the credentials (invalid_grant) as UNAUTHENTICATED, not a transient error', () => {
+    const refused = tokenError(Object.assign(new Error('invalid_grant: Invalid JWT Signature.'), { response: { status: 400, data: { error: 'invalid_grant' } } }));
+    expect(refused).toBeInstanceOf(GcsError);
+    expect((refused as GcsError).code).toBe('UNAUTHENTICATED');
+    const unavailable = Object.assign(new Error('Service Unavailable'), { response: { status: 503 } });
+    expect(tokenError(unavailable)).toBe(unavailable);
   });
 
   it('accepts service-account and authorized-user keys', async () => {

@@ -1,3 +1,5 @@
+import { GcsError } from './errors.js';
+
 /**
  * Returns the headers that authenticate one request (a fresh token when the old one nears expiry).
  * `fresh`: the server refused the current token (401), so fetch a new one whatever its stated expiry.
@@ -22,7 +24,48 @@ function preferBiosMetadataDetection(env: NodeJS.ProcessEnv): void {
   if (!env.METADATA_SERVER_DETECTION) env.METADATA_SERVER_DETECTION = 'bios-only';
 }
 
-export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessEnv = process.env): Promise<AuthHeaders | null> {
+/**
+ * How long fetching an access token may take. google-auth-library's token requests (gaxios over
+ * node-fetch) have no timeout of their own, every request of the mount awaits the one refresh in flight,
+ * and a connection to the token endpoint gone silent (a NAT or proxy dropping it) held the whole mount,
+ * and its start, for good. Past this the request fails as transient: retried, within its deadline.
+ */
+export const TOKEN_TIMEOUT_MS = 30_000;
+
+/**
+ * An error of the token fetch as the client's retry policy should take it: the credentials themselves
+ * refused (the token endpoint answered 400/401/403: invalid_grant for a revoked key or a deleted
+ * service account) is UNAUTHENTICATED, given up at once (EACCES) rather than retried for minutes as
+ * transient and then EIO; anything else is left as it is.
+ */
+export function tokenError(err: unknown): unknown {
+  if (err instanceof GcsError) return err;
+  const response = (err as { response?: { status?: unknown; data?: { error?: unknown } } }).response;
+  const status = typeof response?.status === 'number' ? response.status : null;
+  if (status === 400 || status === 401 || status === 403) {
+    const reason = typeof response?.data?.error === 'string' ? response.data.error : `HTTP ${status}`;
+    return new GcsError('UNAUTHENTICATED', `the token endpoint refused the credentials (${reason})`, 401);
+  }
+  return err;
+}
+
+/** The client's request headers (a token), within `timeoutMs`. */
+async function headersWithin(client: { getRequestHeaders(): Promise<unknown> }, timeoutMs: number): Promise<Record<string, string>> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new GcsError('TRANSIENT', `no access token after ${timeoutMs / 1000} s: the token endpoint does not answer`)), timeoutMs);
+  });
+  try {
+    const headers = await Promise.race([client.getRequestHeaders(), timeout]);
+    return Object.fromEntries(Object.entries(headers as Record<string, string>));
+  } catch (err) {
+    throw tokenError(err);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessEnv = process.env, tokenTimeoutMs = TOKEN_TIMEOUT_MS): Promise<AuthHeaders | null> {
   if (source.kind === 'none') return null;
   preferBiosMetadataDetection(env);
   // Loaded only when credentials are needed (0.18 s: the client, google-auth-library, OpenTelemetry's
@@ -33,7 +76,7 @@ export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessE
   try {
     const client = await auth.getClient();
     // Fetch one token now so that bad credentials fail the mount, not the first read.
-    await client.getRequestHeaders();
+    await headersWithin(client, tokenTimeoutMs);
   } catch (err) {
     const detail = err instanceof Error ? err.message.split('\n')[0] : String(err);
     const hint =
@@ -45,8 +88,7 @@ export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessE
   return async (opts) => {
     const client = await auth.getClient();
     if (opts?.fresh) expireCachedToken(client);
-    const headers = await client.getRequestHeaders();
-    return Object.fromEntries(Object.entries(headers as Record<string, string>));
+    return headersWithin(client, tokenTimeoutMs);
   };
 }
 
