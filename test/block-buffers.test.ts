@@ -385,3 +385,38 @@ describe('a handle reader sharing pooled blocks', () => {
     pool.close();
   });
 });
+
+describe('a reader joining a guess', () => {
+  it('moves a prefetched small object it waits on ahead of readahead (its promotion was lost before it was queued)', async () => {
+    const started: string[] = [];
+    const gates = new Map<string, () => void>();
+    const client: ObjectClient = {
+      bucket: 'b',
+      probeBucket: async () => undefined,
+      statObject: async () => null,
+      list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
+      readRange: (object, start, end, into) =>
+        new Promise((resolve) => {
+          started.push(object.name);
+          const done = (): void => resolve(into!.subarray(0, end - start).fill(1));
+          if (object.name === 'x') gates.set('x', done);
+          else setTimeout(done, 1);
+        }),
+    };
+    const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
+    const meta = (name: string, size: number): ObjectMeta => ({ name, size, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null });
+    const tick = () => new Promise((r) => setTimeout(r, 5));
+    // The one download slot is busy; a small object (fetched whole) is prefetched; a readahead queues.
+    const busy = source.get(meta('x', BLOCK), 0, 'demand');
+    await tick();
+    const guessed = source.get(meta('small', 2 * BLOCK), 0, 'prefetch');
+    await tick();
+    const readahead = source.get(meta('y', BLOCK), 0, 'readahead');
+    await tick();
+    // A reader opens the small object and waits for it: it goes next, before the readahead.
+    const read = source.get(meta('small', 2 * BLOCK), 0, 'demand');
+    gates.get('x')!();
+    for (const b of await Promise.all([busy, guessed, readahead, read])) b.release();
+    expect(started).toEqual(['x', 'small', 'y']);
+  });
+});

@@ -57,6 +57,27 @@ interface Pending {
   ticket: Ticket | null;
   /** The download's place in the request-rate queue: raised with the ticket when a reader waits on it. */
   rate: ReadPriority;
+  /**
+   * A reader waits on it: its ticket is promoted as soon as it has one. A load still waiting for memory
+   * (or reading the disk first) has none yet, and a promotion asked for then was lost: the read waited
+   * in the prefetch queue behind every demand and readahead download.
+   */
+  demanded: boolean;
+  /** The whole object's load this block is a slice of: waiting on the block is waiting on that. */
+  whole: Pending | null;
+}
+
+/** A reader waits on `p`: it goes ahead of guesses, now or once it is queued. */
+function demand(p: Pending): void {
+  p.demanded = true;
+  p.ticket?.promote();
+  p.rate.priority = 'urgent';
+  if (p.whole) demand(p.whole);
+}
+
+function queued(p: Pending, ticket: Ticket): void {
+  p.ticket = ticket;
+  if (p.demanded) ticket.promote();
 }
 
 /**
@@ -153,7 +174,7 @@ export class BlockSource {
     metrics.inc('block_range_fetches');
     const lease = await this.leaseFor(length, priority, priority === 'demand' ? 'wait' : 'skip');
     const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, offset, offset + length, pending.rate, lease));
-    pending.ticket = ticket;
+    queued(pending, ticket);
     const { block, crc32c } = await result;
     this.toDisk.keep(id, key, block, crc32c, null);
     return block;
@@ -229,13 +250,10 @@ export class BlockSource {
     const existing = map.get(key);
     if (existing) {
       this.deps.metrics.inc('block_shared_waits');
-      if (priority === 'demand') {
-        existing.ticket?.promote();
-        existing.rate.priority = 'urgent';
-      }
+      if (priority === 'demand') demand(existing);
       return existing.promise;
     }
-    const pending: Pending = { promise: Promise.resolve(unpooled(Buffer.alloc(0))), ticket: null, rate: { priority: priority === 'demand' ? 'urgent' : 'background' } };
+    const pending: Pending = { promise: Promise.resolve(unpooled(Buffer.alloc(0))), ticket: null, rate: { priority: priority === 'demand' ? 'urgent' : 'background' }, demanded: false, whole: null };
     const loaded = work(pending);
     pending.promise = loaded.finally(() => map.delete(key));
     // The load's own reference goes in a later macrotask: every waiter's retain() is a reaction to this
@@ -281,10 +299,13 @@ export class BlockSource {
     }
     if (this.fetchedWhole(meta)) {
       const whole = this.shared(this.wholes, fileId(meta), priority, (p) => this.loadWhole(meta, priority, memory, p));
-      // The whole object's ticket is this block's too: a reader waiting on it can promote it.
+      // The whole object's download is this block's too: a reader waiting on the block promotes it.
       const shared = this.wholes.get(fileId(meta));
-      pending.ticket = shared?.ticket ?? null;
-      if (shared) pending.rate = shared.rate;
+      if (shared) {
+        pending.whole = shared;
+        pending.rate = shared.rate;
+        if (pending.demanded) demand(shared);
+      }
       // A view that holds a reference of its own to the whole object's buffer: taken in the reaction to
       // the load, before its own reference goes (a later macrotask; see shared()).
       const data = await whole;
@@ -293,7 +314,7 @@ export class BlockSource {
     // Memory first, then a download slot: a read waiting for memory holds no slot others could use.
     const lease = await this.leaseFor(end - start, priority, memory);
     const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, start, end, pending.rate, lease));
-    pending.ticket = ticket;
+    queued(pending, ticket);
     const { block, crc32c } = await result;
     this.stored(meta, index, block, crc32c, priority === 'prefetch' ? pending.rate : null);
     if (keepRecent) this.recent.keep(id, block);
@@ -322,7 +343,7 @@ export class BlockSource {
   private async loadWhole(meta: ObjectMeta, priority: Priority, memory: MemoryWait, pending: Pending): Promise<BlockData> {
     const lease = await this.leaseFor(meta.size, priority, memory);
     const { result, ticket } = this.deps.scheduler.run(fileId(meta), priority, () => this.fetch(meta, 0, meta.size, pending.rate, lease));
-    pending.ticket = ticket;
+    queued(pending, ticket);
     const { block: data } = await result;
     for (let i = 0; i * this.blockSize < meta.size; i++) {
       const part = slice(data.retain(), i * this.blockSize, Math.min(meta.size, (i + 1) * this.blockSize));
