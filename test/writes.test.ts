@@ -458,6 +458,54 @@ for what, f in (('fsync', lambda: os.fsync(fd)), ('trunc', lambda: os.close(os.o
     await unmount(m.path);
   }, 60_000);
 
+  it('an open folder read in small pieces shows this mount\'s changes made meanwhile, and rewinddir reads it afresh', async () => {
+    const tb = await startBucket('opendir');
+    const names = Array.from({ length: 60 }, (_, i) => `f${String(i).padStart(2, '0')}`);
+    for (const n of names) await upload(tb, `d/${n}`, `old ${n}`);
+    const m = await mount({ tb });
+    const dir = join(m.path, 'd');
+    // getdents64 with a small buffer: one READDIRPLUS of a few entries per call, so the folder is read
+    // before and after the changes below, through one open handle.
+    const lister = heldReader(
+      `import ctypes,os,sys
+libc=ctypes.CDLL(None, use_errno=True)
+fd=os.open(sys.argv[1], os.O_RDONLY|os.O_DIRECTORY)
+buf=ctypes.create_string_buffer(512)
+def chunk():
+  n=libc.syscall(217, fd, buf, 512)
+  out=[]; i=0
+  while i<n:
+    reclen=int.from_bytes(buf.raw[i+16:i+18],'little'); out.append(buf.raw[i+19:i+reclen].split(b'\\0')[0].decode()); i+=reclen
+  return out
+first=chunk()
+print('opened', flush=True); sys.stdin.readline()
+rest=[]
+while True:
+  c=chunk()
+  if not c: break
+  rest+=c
+try: os.stat(os.path.join(sys.argv[1],'f50')); print('f50 stat ok')
+except FileNotFoundError: print('f50 ENOENT')
+print(open(os.path.join(sys.argv[1],'f55')).read())
+os.lseek(fd, 0, 0)
+again=[]
+while True:
+  c=chunk()
+  if not c: break
+  again+=c
+print('again', 'f50' in again, 'new' in again, len(again))`,
+      [dir],
+    );
+    await lister.opened;
+    await py(`import os,sys\nos.unlink(os.path.join(sys.argv[1],'f50'))\nopen(os.path.join(sys.argv[1],'f55'),'w').write('new bytes of f55')\nopen(os.path.join(sys.argv[1],'new'),'w').write('x')`, dir);
+    lister.proceed();
+    const out = (await lister.done).stdout.trim().split('\n');
+    // Before: the later READDIRPLUS replies gave the kernel f50 back (stat answered from its dentry) and
+    // f55's old generation (read as EIO or its old bytes); rewinddir showed the listing first taken.
+    expect(out.slice(1)).toEqual(['f50 ENOENT', 'new bytes of f55', 'again False True 62']);
+    await unmount(m.path);
+  }, 60_000);
+
   it('-o ro refuses every change with EROFS', async () => {
     const tb = await startBucket('readonly');
     await upload(tb, 'a', 'x');

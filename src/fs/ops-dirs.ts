@@ -79,7 +79,7 @@ export class DirOps {
   }
 
   readdir(a: Answer, fh: number, offset: number, size: number): void {
-    this.withListing(a, fh, (l) => a.dir(l, offset, size));
+    this.withListing(a, fh, offset, (l) => a.dir(l, offset, size));
   }
 
   /**
@@ -93,7 +93,7 @@ export class DirOps {
   readdirplus(a: Answer, fh: number, offset: number, size: number): void {
     const { inodes, handles, deps, told } = this.ctx;
     const { timeouts } = deps;
-    this.withListing(a, fh, (l, path) => {
+    this.withListing(a, fh, offset, (l, path) => {
       const n = Math.max(0, Math.min(l.names.length - offset, Math.floor(size / MIN_DIRENTPLUS_BYTES)));
       const names = l.names.slice(offset, offset + n);
       const attrs = new Float64Array(7 * n);
@@ -112,7 +112,15 @@ export class DirOps {
       for (let i = 0; i < n; i++) {
         const at = offset + i;
         const run = l.runs[at];
-        const local = l.local.get(at);
+        // What this mount changed since the listing was taken wins: it is kept for every readdir of the
+        // handle, and an entry sent with its old attributes gave the kernel back a name removed here
+        // (a positive dentry for the entry timeout) or an overwritten file's old generation.
+        const since = at >= 2 ? this.ctx.writes?.localEntry(childPath(path, names[i]!)) : undefined;
+        if (since === null) {
+          bare(i, l.inos[at]!, l.types[at]!);
+          continue;
+        }
+        const local = since ?? l.local.get(at);
         if (local) {
           const child = childPath(path, names[i]!);
           const holder = inodes.hold(child);
@@ -168,12 +176,19 @@ export class DirOps {
     a.ok();
   }
 
-  /** Runs `reply` with the open folder's listing (taken on its first readdir), or answers the error. */
-  private withListing(a: Answer, fh: number, reply: (listing: DirListing, path: string) => void): void {
+  /**
+   * Runs `reply` with the open folder's listing (taken on its first readdir, and again at offset 0: a
+   * rewinddir reads the folder as it is now, as gcsfuse's does), or answers the error.
+   */
+  private withListing(a: Answer, fh: number, offset: number, reply: (listing: DirListing, path: string) => void): void {
     const d = this.dirs.get(fh);
     if (!d) return a.error(Errno.EBADF);
     const path = this.ctx.inodes.path(d.ino);
     if (path === undefined) return a.error(Errno.ESTALE);
+    if (offset === 0 && d.listing) {
+      d.listing = null;
+      d.pending = null;
+    }
     if (d.listing) return reply(d.listing, path);
     this.listingOf(d, path).then(
       (listing) => reply(listing, path),
