@@ -34,6 +34,25 @@ describe('metadata cache', () => {
     expect(metrics.get('meta_misses')).toBe(3);
   });
 
+  it('counts a TTL from the question, not the answer: a listing or a lookup that took 3 s expires 60 s after it was asked', () => {
+    const { cache, clock } = make();
+    const listing = listingOf('', [{ name: 'f', entry: { kind: 'file', meta: meta('f') } }]);
+    listing.listedAt = clock.t;
+    clock.t += 3_000; // the listing's last page
+    cache.rememberListing('/', listing);
+    clock.t += 56_000; // 59 s after it started
+    expect(cache.lookup('/f', '/')).toMatchObject({ kind: 'file' });
+    clock.t += 2_000; // 61 s: a name removed here at 0.5 s (its record kept until 60.5 s) must not come back
+    expect(cache.lookup('/f', '/')).toBeUndefined();
+    const asked = clock.t;
+    clock.t += 3_000;
+    cache.remember('/g', { kind: 'file', meta: meta('g') }, asked);
+    clock.t += 56_000;
+    expect(cache.lookup('/g', '/')).toBeDefined();
+    clock.t += 2_000;
+    expect(cache.lookup('/g', '/')).toBeUndefined();
+  });
+
   it('answers every name of a listed directory, present or not, and forgets a path that became missing', () => {
     const { cache } = make();
     const entries: DirEntry[] = [

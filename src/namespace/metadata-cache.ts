@@ -160,17 +160,31 @@ export class MetadataCache {
     return this.negativeTtl === 0 || this.clock.now() - listedAt <= this.negativeTtl;
   }
 
-  /** Remembers what a lookup learnt: the entry, or null for "no such path". */
-  remember(path: string, entry: Entry | null): void {
+  /**
+   * What is left of the TTL of an answer asked for at `since` (0: for ever), or null when nothing is: a
+   * TTL runs from the question, not the answer. Counted from the answer, a listing whose page named a
+   * file before this mount removed it outlived the removal's own record (kept a TTL from the change) by
+   * as long as the listing took, and the name came back.
+   */
+  private remaining(since: number): number | null {
+    if (this.positiveTtl === null) return null;
+    if (this.positiveTtl === 0) return 0;
+    const left = this.positiveTtl - (this.clock.now() - since);
+    return left > 0 ? left : null;
+  }
+
+  /** Remembers what a lookup asked at `askedAt` learnt: the entry, or null for "no such path". */
+  remember(path: string, entry: Entry | null, askedAt = this.clock.now()): void {
     if (entry === null) {
       this.types?.delete(path);
       if (this.negativeTtl === null) this.stats?.delete(`s:${path}`);
       else this.stats?.set(`s:${path}`, MISSING, { ttl: this.negativeTtl });
       return;
     }
-    if (this.positiveTtl === null) return;
-    this.types?.set(path, entry.kind);
-    if (entry.kind === 'file') this.stats?.set(`s:${path}`, entry.meta, { ttl: this.positiveTtl });
+    const ttl = this.remaining(askedAt);
+    if (ttl === null) return;
+    this.types?.set(path, entry.kind, { ttl });
+    if (entry.kind === 'file') this.stats?.set(`s:${path}`, entry.meta, { ttl });
     else this.stats?.delete(`s:${path}`);
   }
 
@@ -222,7 +236,12 @@ export class MetadataCache {
       return false;
     }
     listing.listedAt ??= this.clock.now();
-    this.stats.set(`l:${path}`, listing, { ttl: this.positiveTtl });
+    const ttl = this.remaining(listing.listedAt);
+    if (ttl === null) {
+      this.stats.delete(`l:${path}`);
+      return false;
+    }
+    this.stats.set(`l:${path}`, listing, { ttl });
     if (!this.stats.has(`l:${path}`)) return false;
     this.listings.folders++;
     this.listings.entries += listing.count;

@@ -161,8 +161,9 @@ export class Namespace {
         if (fromListing !== undefined) return fromListing;
       }
       this.deps.metrics.inc('meta_misses');
+      const askedAt = this.deps.cache.now();
       const entry = await this.resolver.resolve(path);
-      this.deps.cache.remember(path, entry);
+      this.deps.cache.remember(path, entry, askedAt);
       this.observer?.resolved(path, entry);
       return entry;
     });
