@@ -120,6 +120,19 @@ describe('private state: the cache dir and the runtime dir', () => {
     await eventually(async () => (info = await run(GCSMOUNT, ['cache', 'info', '--cache-dir', shared, '--json'])).code === 0);
     expect(JSON.parse(info.stdout)).toMatchObject({ blocks: 2, bytes: data.length });
     expect((await snapshot(shared)).filter((l) => !l.includes(CACHE_SUBDIR))).toEqual(before);
+    // Given the cache's own folder (the one the log names), the tools and the daemon refuse, touching
+    // nothing: it once passed for a cache of the previous layout and was moved into a folder inside itself.
+    const home = join(shared, CACHE_SUBDIR);
+    const inside = await snapshot(home);
+    for (const args of [['cache', 'info', '--cache-dir', home], mountArgs(mnt, '--cache-dir', home)]) {
+      const t = await run(GCSMOUNT, args, { env: daemonEnv() });
+      expect(t.code, args.join(' ')).toBe(6);
+      expect(t.stderr.trim().split('\n')).toHaveLength(1);
+      expect(t.stderr).toContain("is gcsmount's own cache folder");
+      expect(await snapshot(home)).toEqual(inside);
+    }
+    info = await run(GCSMOUNT, ['cache', 'info', '--cache-dir', shared, '--json']);
+    expect(JSON.parse(info.stdout)).toMatchObject({ blocks: 2, bytes: data.length });
   });
 
   it('refuses, with one line and exit 6 and touching nothing, to inspect a folder that holds no gcsmount cache', async () => {

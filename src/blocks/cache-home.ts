@@ -1,5 +1,5 @@
 import { linkSync, lstatSync, renameSync, rmdirSync, unlinkSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import type { Logger } from '../observe/logger.js';
 import { PrivateDirError, preparePrivateSubdir, resolveFolder } from '../private-dir.js';
 import { holdIndexLock, IndexLockedError } from './block-index.js';
@@ -47,6 +47,18 @@ function exists(path: string): boolean {
 /** DIR holds the previous layout: our index and our blocks folder, side by side, both ours. */
 function hasLegacyCache(dir: string): boolean {
   return ownEntry(join(dir, INDEX_FILE), 'file') && ownEntry(join(dir, BLOCKS_DIR), 'dir');
+}
+
+/**
+ * DIR is itself a cache folder of ours (`.../gcsmount-cache`, the folder the log names). It passes for a
+ * cache of the previous layout (an index and a blocks folder, ours), and was moved into a folder inside
+ * itself: the cache's blocks stranded where no daemon and no tool looks, and reported as a success.
+ */
+function refuseCacheHomeItself(dir: string): void {
+  const path = resolve(dir);
+  if (basename(path) === CACHE_SUBDIR && hasLegacyCache(path)) {
+    throw new PrivateDirError(`${WHAT} ${dir} is gcsmount's own cache folder: give the folder that holds it (${dirname(path)}); nothing was changed`);
+  }
 }
 
 /**
@@ -111,6 +123,7 @@ export function moveLegacyCache(dir: string, home: string): LegacyOutcome {
  * and checked, with a cache of the previous layout moved into it, or left where it is and said once.
  */
 export function prepareCacheHome(dir: string, log: Logger): string {
+  refuseCacheHomeItself(dir);
   const home = preparePrivateSubdir(dir, CACHE_SUBDIR, { create: true, what: WHAT });
   const base = dirname(home);
   const outcome = moveLegacyCache(base, home);
@@ -134,6 +147,7 @@ export function prepareCacheHome(dir: string, log: Logger): string {
  * own files move); one in use is refused as in use (IndexLockedError).
  */
 export function findCacheHome(dir: string): string {
+  refuseCacheHomeItself(dir);
   const base = resolveFolder(dir, { create: false, what: WHAT });
   const home = join(base, CACHE_SUBDIR);
   if (!exists(home)) {
