@@ -204,3 +204,27 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
     }
   });
 });
+
+describe('the temp dir: folders of other daemons', () => {
+  it("keeps a live daemon's folder whatever its pid says here (another pid namespace), and clears a dead one's", async () => {
+    const { StagingDir } = await import('../src/writes/staging.js');
+    const { silentLogger } = await import('../src/observe/logger.js');
+    const parent = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-staging-ns-'));
+    try {
+      // A daemon that lives on, seen from another pid namespace: its folder says pid 1, started at 1.
+      const other = StagingDir.open(parent, 'st', silentLogger);
+      await fsp.writeFile(join(other.dir, '0'), 'a staged file of a live daemon');
+      const foreign = join(parent, 'st', '1-1');
+      await fsp.rename(other.dir, foreign);
+      // A daemon that starts now keeps it (it removed it before: pid 1 here is another process).
+      StagingDir.open(parent, 'st', silentLogger).close();
+      expect(await fsp.readFile(join(foreign, '0'), 'utf8')).toBe('a staged file of a live daemon');
+      // Once that daemon is gone (its lock let go), the next start clears its folder.
+      other.close();
+      StagingDir.open(parent, 'st', silentLogger).close();
+      await expect(fsp.stat(foreign)).rejects.toMatchObject({ code: 'ENOENT' });
+    } finally {
+      await fsp.rm(parent, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,4 +1,5 @@
-import { promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import Database from 'better-sqlite3';
+import { existsSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { FreeSpaceMargin } from '../blocks/free-space.js';
 import type { Logger } from '../observe/logger.js';
@@ -13,6 +14,37 @@ export class StagingFullError extends Error {
 const FREE_CHECK_BYTES = 8 * 2 ** 20;
 
 /**
+ * A file in each daemon's subfolder whose lock the daemon holds for its life (SQLite's exclusive lock:
+ * an fcntl lock, the kernel's). A pid and a start time say whether a daemon lives only within one pid
+ * namespace: two containers sharing a temp dir, each daemon pid 1, took each other's folder for a dead
+ * one's and removed it (the other's writes then failed until it restarted). A held lock says it anywhere.
+ */
+const ALIVE = '.alive';
+
+function holdAlive(dir: string): Database.Database {
+  const db = new Database(join(dir, ALIVE), { timeout: 0 });
+  try {
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT;');
+  } catch (err) {
+    db.close();
+    throw err;
+  }
+  return db;
+}
+
+/** Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here). */
+function heldByAnother(dir: string): boolean {
+  if (!existsSync(join(dir, ALIVE))) return false;
+  try {
+    holdAlive(dir).close();
+    return false;
+  } catch (err) {
+    return (err as { code?: string }).code === 'SQLITE_BUSY';
+  }
+}
+
+/**
  * The folder where files open for writing are staged (a local copy of the whole file, uploaded on close
  * or fsync): `staging/` in gcsmount's cache folder, `--temp-dir DIR`'s `gcsmount-staging/`, or one in the
  * system's temporary folder, each private (0700). Every daemon has a subfolder of its own named by its
@@ -23,6 +55,9 @@ export class StagingDir {
   private next = 0;
   private readonly margin: FreeSpaceMargin | null;
   private grownSinceCheck = 0;
+
+  /** This daemon's hold on its subfolder (see ALIVE); null where SQLite could not make the file. */
+  private alive: Database.Database | null = null;
 
   private constructor(
     readonly dir: string,
@@ -38,7 +73,13 @@ export class StagingDir {
     const own = join(root, `${process.pid}-${processStart(process.pid) ?? Date.now()}`);
     rmSync(own, { recursive: true, force: true });
     const dir = preparePrivateSubdir(root, own.slice(root.length + 1), { create: true, what: 'temp dir' });
-    return new StagingDir(dir, log);
+    const staging = new StagingDir(dir, log);
+    try {
+      staging.alive = holdAlive(dir);
+    } catch (err) {
+      log.warn({ dir, err: String(err) }, 'temp dir: no lock could be taken on this daemon\'s folder; a daemon in another pid namespace could take it for a dead one\'s');
+    }
+    return staging;
   }
 
   /** A new empty staged file, open for reading and writing. */
@@ -67,6 +108,8 @@ export class StagingDir {
 
   /** Removes this daemon's subfolder (at exit; the files in it are closed). */
   close(): void {
+    this.alive?.close();
+    this.alive = null;
     try {
       rmSync(this.dir, { recursive: true, force: true });
     } catch (err) {
@@ -91,10 +134,12 @@ function clearLeftovers(root: string, log: Logger): void {
     if (!m) continue;
     if (processStart(Number(m[1])) === m[2]) continue; // a live daemon's
     const dir = join(root, name);
+    if (heldByAnother(dir)) continue; // a live daemon's, in another pid namespace
     let files = 0;
     let bytes = 0;
     try {
       for (const f of readdirSync(dir)) {
+        if (f.startsWith(ALIVE)) continue;
         files++;
         bytes += statSync(join(dir, f)).size;
       }
