@@ -344,6 +344,10 @@ function dispatcher(deps: OperationDeps, { entries, reads, dirs, writes }: OpFam
         case OP.READLINK:
           return entries.readlink(new Answer(fuse, metrics, req, 'readlink'), ino);
         default:
+          // close(2) and fsync(2) of a read handle: nothing of ours to send or make durable. Kernels
+          // before 5.16 send FLUSH at every close (FOPEN_NOFLUSH is newer): answered EBADF, or EROFS with
+          // -o ro, a read-only `with open(...)` raised at its close.
+          if ((op === OP.FLUSH || op === OP.FSYNC) && !WriteOps.isWriteHandle(x)) return new Answer(fuse, metrics, req, op === OP.FLUSH ? 'flush' : 'fsync').ok();
           if (!writes) return fuse.replyErr(req, WRITE_OPS.has(op) ? Errno.EROFS : Errno.ENOSYS);
           return dispatchWrite(writes, op, (name) => new Answer(fuse, metrics, req, name), ino, x, y, z, name, name2, data);
       }
