@@ -176,6 +176,9 @@ int br_may_wait(void *userdata) { return !eng.hooks.may_wait || eng.hooks.may_wa
 int br_submit(fuse_req_t req, uint64_t ino, struct br_file *f, uint64_t off, size_t size) {
   if (!eng.started || f->block_size != eng.block_size) return 0;
   uint64_t fsize = br_file_size(f);
+  // At or past the size this side knows: JavaScript's answer, which knows a file being written (a
+  // writer's appends past it read as EOF here, and the kernel then cut the file to that size).
+  if (off >= fsize) return 0;
   uint64_t end = off + size < fsize ? off + size : fsize;
   uint64_t first = off / f->block_size;
   uint64_t last = end > off ? (end - 1) / f->block_size : first;

@@ -506,6 +506,44 @@ print('again', 'f50' in again, 'new' in again, len(again))`,
     await unmount(m.path);
   }, 60_000);
 
+  it('a reader opened before a writer reads the writer\'s appends past the old end (not EOF)', async () => {
+    const tb = await startBucket('readerappend');
+    const old = bytes(4 * MIB, 21);
+    await upload(tb, 'log', old);
+    const m = await mount({ tb, args: ['--cache-dir', await tempDir('cache')] });
+    const path = join(m.path, 'log');
+    const reader = heldReader(
+      `import os,sys
+fd=os.open(sys.argv[1], os.O_RDONLY)
+n=0
+while True:
+  b=os.pread(fd, 1<<20, n)
+  if not b: break
+  n+=len(b)
+print(n); print('opened', flush=True); sys.stdin.readline()
+b=os.pread(fd, 1<<16, 4<<20)
+print(len(b), b[:5].decode())`,
+      [path],
+    );
+    await reader.opened;
+    const writer = heldReader(
+      `import os,sys
+fd=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND); os.write(fd, b'added' * 13107)
+print('opened', flush=True); sys.stdin.readline()
+os.close(fd)`,
+      [path],
+    );
+    await writer.opened;
+    reader.proceed();
+    const read = (await reader.done).stdout.trim().split('\n');
+    writer.proceed();
+    expect((await writer.done).code).toBe(0);
+    // Before: the native side, sized at the reader's open, answered EOF past the old end.
+    expect(read).toEqual([String(4 * MIB), 'opened', '65535 added']);
+    expect((await stored(tb, 'log'))?.length).toBe(4 * MIB + 65535);
+    await unmount(m.path);
+  }, 60_000);
+
   it('-o ro refuses every change with EROFS', async () => {
     const tb = await startBucket('readonly');
     await upload(tb, 'a', 'x');
