@@ -77,6 +77,17 @@ describe('operating a mount', () => {
     await unmount(m.path);
   });
 
+  it('refuses a warm-up of a mount without a cache dir with one line, and the mount stays up (the daemon died of it)', async () => {
+    const m = await mount({ tb });
+    const w = await run(GCSMOUNT, ['warm', m.path, 'data']);
+    expect(w.code).not.toBe(0);
+    expect(w.stderr.trim().split('\n')).toHaveLength(1);
+    expect(w.stderr).toContain('no --cache-dir');
+    expect(await sha256Of(join(m.path, 'data/part-0.bin'))).toBe(sha256(files['data/part-0.bin']!));
+    expect((await run(GCSMOUNT, ['stats', m.path])).code).toBe(0);
+    await unmount(m.path);
+  });
+
   it('warms the cache so that reading afterwards costs no media request, and a second warm downloads nothing', async () => {
     const cacheDir = await tempDir('cache');
     const m = await mount({ tb, args: ['--cache-dir', cacheDir] });

@@ -68,7 +68,7 @@ export async function runWarm(args: string[]): Promise<number> {
         // The daemon lists while it downloads: the total grows until the list is read.
         bar.setTotal(Math.max(1, w.bytes));
         bar.update(w.bytesDone + w.bytesSkipped, payload);
-      } else if (w.done || performance.now() - lastLine > 2000) {
+      } else if ((w.done && !w.error) || performance.now() - lastLine > 2000) {
         lastLine = performance.now();
         process.stderr.write(`${mountPath}: ${payload.files} files, ${payload.done} of ${payload.total} (${formatBytes(w.bytesSkipped)} already cached), ${rate}/s\n`);
       }

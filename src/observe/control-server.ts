@@ -1,5 +1,5 @@
 import { promises as fsp } from 'node:fs';
-import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from './logger.js';
 import { ensureRuntimeDir } from './runtime-dir.js';
 
@@ -49,11 +49,22 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
   // A socket file left by a killed daemon would make listen fail with EADDRINUSE.
   await fsp.rm(socketPath, { force: true });
   const server: Server = createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://control');
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify(body)}\n`);
     };
+    // A request's error is its answer, never the daemon's end: a throw escaping this handler (a warm-up of
+    // a mount without a cache dir, a request target URL refuses) ended the process and left the mount dead.
+    try {
+      route(req, res, json);
+    } catch (err) {
+      log.warn({ url: req.url, err: String(err) }, 'control request failed');
+      if (!res.headersSent) json(400, { error: err instanceof Error ? err.message : String(err) });
+      else res.end();
+    }
+  });
+  const route = (req: IncomingMessage, res: ServerResponse, json: (status: number, body: unknown) => void): void => {
+    const url = new URL(req.url ?? '/', 'http://control');
     if (!answering) return json(503, { error: 'the mount is not up yet' });
     if (req.method === 'GET' && url.pathname === '/info') return json(200, handlers.info());
     if (req.method === 'GET' && url.pathname === '/stats') return json(200, handlers.stats());
@@ -64,14 +75,14 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
       res.on('close', () => abort.abort());
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
       const send = (p: WarmProgress) => res.writableEnded || res.write(`${JSON.stringify(p)}\n`);
-      handlers
-        .warm(path, send, abort.signal)
+      Promise.resolve()
+        .then(() => handlers.warm(path, send, abort.signal))
         .catch((err: Error) => send({ files: 0, filesDone: 0, bytes: 0, bytesDone: 0, bytesSkipped: 0, done: true, error: err.message }))
         .finally(() => res.end());
       return;
     }
     json(404, { error: 'no such endpoint' });
-  });
+  };
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(socketPath, resolve);
