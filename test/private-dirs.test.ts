@@ -271,6 +271,30 @@ describe('start-up that cannot hang', () => {
     }
   });
 
+  it('Ctrl-C while the mount command waits stops the daemon it started: no mount appears after it said it failed', async () => {
+    const mnt = await tempDir('mnt');
+    tb.emulator.setKnobs({ latencyMs: 1500 }); // the bucket check takes a while
+    try {
+      const child = spawn(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', tb.emulator.url], { env: daemonEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+      await new Promise((r) => setTimeout(r, 700));
+      child.kill('SIGINT');
+      expect(await exited).toBe(1);
+      expect(stderr).toMatch(/^gcsmount: interrupted \(SIGINT\) while the daemon was starting; stopped it/);
+      tb.emulator.setKnobs({ latencyMs: 0 });
+      // Before: the daemon went on, mounted, and died at once telling a parent that was gone (a dead mount).
+      await new Promise((r) => setTimeout(r, 4000));
+      expect(await isMounted(mnt)).toBe(false);
+      expect(await processesNaming(mnt)).toEqual([]);
+    } finally {
+      tb.emulator.setKnobs({ latencyMs: 0 });
+      for (const pid of await processesNaming(mnt)) process.kill(pid, 'SIGKILL');
+      await run('umount', ['-l', mnt]);
+    }
+  });
+
   it('stops waiting for a daemon that never reports (GCS silent during the bucket check) after --start-timeout, and kills it', async () => {
     const mnt = await tempDir('mnt');
     tb.emulator.setKnobs({ stall: true });

@@ -8,9 +8,11 @@ export type DaemonMessage = { type: 'ready'; mountPoint: string } | { type: 'err
 
 /** Tells the parent (if any) how start-up went, then lets go of it so the parent can exit. */
 export function reportToParent(msg: DaemonMessage): void {
-  if (!process.send) return;
-  process.send(msg, () => {
-    if (msg.type === 'ready') process.disconnect?.();
+  // A parent gone meanwhile (interrupted while it waited): nobody to tell. disconnect() of a closed
+  // channel emits an error nothing handles, which ended a daemon that had just mounted.
+  if (!process.send || !process.connected) return;
+  process.send(msg, (err: Error | null) => {
+    if (!err && msg.type === 'ready' && process.connected) process.disconnect();
   });
 }
 
@@ -47,8 +49,20 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const deadline = Date.now() + startTimeoutMs;
   let timer: NodeJS.Timeout | undefined;
+  let interrupted: NodeJS.Signals | null = null;
+  const listeners = new Map<NodeJS.Signals, () => void>();
   const outcome = await new Promise<DaemonMessage | 'timeout'>((resolve) => {
     timer = setTimeout(() => resolve('timeout'), startTimeoutMs);
+    // Interrupted while waiting (Ctrl-C, a stop): the start is called off, its daemon with it. Left
+    // running, the daemon mounted after this command had said it failed.
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+      const listener = (): void => {
+        interrupted = signal;
+        resolve('timeout');
+      };
+      listeners.set(signal, listener);
+      process.once(signal, listener);
+    }
     child.on('message', (m: DaemonMessage) => resolve(m));
     child.on('exit', (code, signal) =>
       resolve({ type: 'error', message: `the daemon exited during start-up (${signal ?? `code ${code}`}); run with --foreground to see why`, exitCode: EXIT.internal }),
@@ -56,6 +70,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
     child.on('error', (err) => resolve({ type: 'error', message: `cannot start the daemon: ${err.message}`, exitCode: EXIT.internal }));
   });
   clearTimeout(timer);
+  for (const [signal, listener] of listeners) process.off(signal, listener);
   const giveUp = async (): Promise<never> => {
     // SIGKILL: a child stuck in start-up defers SIGTERM until it has mounted, which is what never came.
     try {
@@ -65,6 +80,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
     }
     await Promise.race([exited, new Promise((r) => setTimeout(r, KILL_GRACE_MS).unref())]);
     if (child.connected) child.disconnect();
+    if (interrupted) throw new UserError(`interrupted (${interrupted}) while the daemon was starting; stopped it`, EXIT.internal);
     throw new UserError(
       `the daemon did not finish mounting within ${formatDuration(startTimeoutMs)} (--start-timeout); stopped it. Run with --foreground to see where it waits`,
       EXIT.internal,
