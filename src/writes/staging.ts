@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { existsSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, openSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { FreeSpaceMargin } from '../blocks/free-space.js';
 import type { Logger } from '../observe/logger.js';
@@ -22,8 +22,12 @@ const FREE_CHECK_BYTES = 8 * 2 ** 20;
 const ALIVE = '.alive';
 
 function holdAlive(dir: string): Database.Database {
+  // Made 0600 before SQLite sees it (SQLite would make it, and its journal, by the umask), never through a
+  // planted symlink; no journal at all: the file holds nothing, only its lock matters.
+  closeSync(openSync(join(dir, ALIVE), fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
   const db = new Database(join(dir, ALIVE), { timeout: 0 });
   try {
+    db.pragma('journal_mode = OFF');
     db.pragma('locking_mode = EXCLUSIVE');
     db.exec('BEGIN EXCLUSIVE; COMMIT;');
   } catch (err) {
