@@ -134,6 +134,16 @@ describe('mount lifecycle and bad input', () => {
 
   const gcsmount = (args: string[], env: NodeJS.ProcessEnv = daemonEnv()) => run(GCSMOUNT, args, { env });
 
+  it('mounts in the background with the positionals after `--`, and with a start timeout past 24.8 days', async () => {
+    const mnt = await tempDir('mnt');
+    // Both failed: `--foreground` went after `--` (a third positional: exit 2), and a timeout past Node's
+    // timer limit fired at once ("did not finish mounting within 3600000s").
+    const r = await gcsmount(['--custom-endpoint', tb.emulator.url, '--start-timeout', '1000h', '--', tb.bucket, mnt]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await isMounted(mnt)).toBe(true);
+    await unmount(mnt);
+  });
+
   it('refuses bad input with one line and its own exit code', async () => {
     const dir = await tempDir('bad');
     const file = join(dir, 'plain-file');

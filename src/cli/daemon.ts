@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { EXIT, UserError, type ExitCode } from './exit.js';
+import { timerDelay } from '../units.js';
 import { formatDuration } from './values.js';
 
 /** What the foreground daemon tells a parent that started it, over the IPC channel. */
@@ -41,7 +42,10 @@ const KILL_GRACE_MS = 5_000;
 export async function daemonize(argv: string[], startTimeoutMs: number): Promise<number> {
   const entry = process.argv[1];
   if (!entry) throw new UserError('cannot find the gcsmount entry script to daemonise', EXIT.internal);
-  const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, entry, ...argv, '--foreground'], {
+  // --foreground before a `--` (after it, it would be a third positional argument: exit 2).
+  const end = argv.indexOf('--');
+  const args = end < 0 ? [...argv, '--foreground'] : [...argv.slice(0, end), '--foreground', ...argv.slice(end)];
+  const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, entry, ...args], {
     detached: true,
     stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
     env: { ...process.env, GCSMOUNT_DAEMONIZED: '1' },
@@ -52,7 +56,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
   let interrupted: NodeJS.Signals | null = null;
   const listeners = new Map<NodeJS.Signals, () => void>();
   const outcome = await new Promise<DaemonMessage | 'timeout'>((resolve) => {
-    timer = setTimeout(() => resolve('timeout'), startTimeoutMs);
+    timer = setTimeout(() => resolve('timeout'), timerDelay(startTimeoutMs));
     // Interrupted while waiting (Ctrl-C, a stop): the start is called off, its daemon with it. Left
     // running, the daemon mounted after this command had said it failed.
     for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
@@ -93,7 +97,7 @@ export async function daemonize(argv: string[], startTimeoutMs: number): Promise
   let statTimer: NodeJS.Timeout | undefined;
   const answered = await Promise.race([
     fsp.stat(outcome.mountPoint).then(() => true),
-    new Promise<false>((r) => (statTimer = setTimeout(() => r(false), Math.max(0, deadline - Date.now())))),
+    new Promise<false>((r) => (statTimer = setTimeout(() => r(false), timerDelay(deadline - Date.now())))),
   ]);
   clearTimeout(statTimer);
   if (!answered) return giveUp();

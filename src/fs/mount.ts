@@ -2,6 +2,7 @@ import { execFile, spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { promisify } from 'node:util';
 import type { Logger } from '../observe/logger.js';
+import { timerDelay } from '../units.js';
 import { OP, type FuseAddon, type RequestListener, type SessionHandle } from './kernel.js';
 import { canonicalMountPoint } from '../observe/runtime-dir.js';
 
@@ -109,7 +110,7 @@ const EIO = 5;
 
 function within(p: Promise<void>, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const t = setTimeout(() => resolve(false), ms);
+    const t = setTimeout(() => resolve(false), timerDelay(ms));
     void p.then(() => {
       clearTimeout(t);
       resolve(true);
