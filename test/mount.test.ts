@@ -253,6 +253,19 @@ describe('mount lifecycle and bad input', () => {
     expect(await exited).toBe(0);
   });
 
+  it('gcsmount unmount refuses a mount that is not gcsmount\'s (as root, fusermount3 would unmount it)', async () => {
+    const other = await tempDir('tmpfs-other');
+    expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', other])).code).toBe(0);
+    try {
+      const r = await run(GCSMOUNT, ['unmount', other]);
+      expect(r.code).toBe(3);
+      expect(r.stderr.trim()).toMatch(/is not a gcsmount mount \(it is tmpfs\); nothing was done$/);
+      expect(await isMounted(other)).toBe(true);
+    } finally {
+      await run('umount', ['-l', other]);
+    }
+  });
+
   it('does not turn a download slower than fuse-native\'s 15 s op timeout into EIO', async () => {
     const m = await mount({ tb });
     // Look the file up first (the kernel keeps the entry for the TTL), so only the read itself is slow.

@@ -14,13 +14,22 @@ export class MountPointError extends Error {
 
 /** Mount points currently in the mount table, with the kernel's octal escapes undone. */
 export async function mountedPaths(): Promise<Set<string>> {
+  return new Set((await mountedTypes()).keys());
+}
+
+/** The file system type of each mount point in the mount table (`fuse.gcsmount` for ours); the last mount of a path wins. */
+export async function mountedTypes(): Promise<Map<string, string>> {
   const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
-  const paths = new Set<string>();
+  const types = new Map<string, string>();
   for (const line of text.split('\n')) {
-    const field = line.split(' ')[4];
-    if (field) paths.add(field.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
+    const fields = line.split(' ');
+    const path = fields[4];
+    // After the optional fields, a lone "-", then the type.
+    const separator = fields.indexOf('-', 6);
+    const type = separator > 0 ? fields[separator + 1] : undefined;
+    if (path && type) types.set(path.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))), type);
   }
-  return paths;
+  return types;
 }
 
 async function lazyUnmount(path: string): Promise<void> {
