@@ -22,8 +22,8 @@ const FREE_CHECK_BYTES = 8 * 2 ** 20;
 const ALIVE = '.alive';
 
 function holdAlive(dir: string): Database.Database {
-  // Made 0600 before SQLite sees it (SQLite would make it, and its journal, by the umask), never through a
-  // planted symlink; no journal at all: the file holds nothing, only its lock matters.
+  // Made 0600 before SQLite sees it (SQLite would make it by the umask; its journal, which SQLite may
+  // still leave, takes the file's mode), never through a planted symlink. Only its lock matters.
   closeSync(openSync(join(dir, ALIVE), fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
   const db = new Database(join(dir, ALIVE), { timeout: 0 });
   try {
