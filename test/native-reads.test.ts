@@ -68,8 +68,10 @@ describe('native reads of cached blocks', () => {
     const s = await mountStats(m.path);
     expect(tb.emulator.stats().requests.media).toBe(0);
     // Every byte from the native path; the open registered the blocks, so no read entered JavaScript.
-    expect(s.counters.native_read_bytes).toBe(big.length + 300);
-    expect(s.counters.fuse_read_bytes).toBe(big.length + 300);
+    // At least the file and the 300 bytes: the kernel may read some pages twice when another test drops
+    // the page cache meanwhile (a full suite once counted 48 KiB more), natively too.
+    expect(s.counters.native_read_bytes).toBeGreaterThanOrEqual(big.length + 300);
+    expect(s.counters.fuse_read_bytes).toBe(s.counters.native_read_bytes);
     expect(s.fuseOps.read?.count ?? 0).toBe(0);
     expect(s.counters.native_fallbacks).toBe(0);
     // Their latency is counted (a read from disk and a check take well over a microsecond), and bounded
