@@ -252,6 +252,30 @@ print(e(lambda: os.mkfifo(os.path.join(root,'fifo'))))`,
     expect(await resource(tb, 'made/')).toBeNull();
   });
 
+  it('a name longer than 255 bytes is ENAMETOOLONG wherever it comes in (never made, then hidden), as on a local disk', async () => {
+    const out = await py(
+      `import os,sys,errno
+root=sys.argv[1]
+long='n'*256
+ok='n'*255
+def e(f):
+  try: f(); return 'ok'
+  except OSError as x: return errno.errorcode[x.errno]
+print(e(lambda: os.close(os.open(os.path.join(root,long), os.O_CREAT|os.O_WRONLY))))
+print(e(lambda: os.mkdir(os.path.join(root,long))))
+print(e(lambda: os.symlink('exists', os.path.join(root,long))))
+print(e(lambda: os.stat(os.path.join(root,long))))
+open(os.path.join(root,ok),'w').write('x')
+print(e(lambda: os.rename(os.path.join(root,ok), os.path.join(root,long))))
+print(os.path.getsize(os.path.join(root,ok)), ok in os.listdir(root), long in os.listdir(root))`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', '1 True False']);
+    expect(await resource(tb, 'n'.repeat(256))).toBeNull();
+    expect(await resource(tb, 'n'.repeat(256) + '/')).toBeNull();
+    expect((await stored(tb, 'n'.repeat(255)))?.toString()).toBe('x');
+  });
+
   it('rename moves objects (a folder only up to --rename-dir-limit objects, EMFILE past it); an unlinked open file stays readable', async () => {
     const out = await py(
       `import os,sys

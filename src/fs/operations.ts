@@ -6,6 +6,7 @@ import type { Entry } from '../namespace/entry.js';
 import type { Namespace } from '../namespace/namespace.js';
 import type { Prefetcher } from '../prefetch/prefetcher.js';
 import type { AttributePolicy } from './attributes.js';
+import { nameTooLong } from '../namespace/names.js';
 import { Errno } from './errno.js';
 import { HandleTable, type ReportedSizesConfig } from './handles.js';
 import { InodeTable, type InodeNode } from './inodes.js';
@@ -272,6 +273,13 @@ export function createOperations(deps: OperationDeps): Operations {
 
 const WRITE_OPS: ReadonlySet<number> = new Set([OP.CREATE, OP.WRITE, OP.FLUSH, OP.FSYNC, OP.SETATTR, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME, OP.MKNOD, OP.SYMLINK]);
 
+/** Operations whose `name` is a component of a path (for RENAME, `name2` is one too; for SYMLINK it is the target). */
+const NAMED_OPS: ReadonlySet<number> = new Set([OP.LOOKUP, OP.CREATE, OP.UNLINK, OP.MKDIR, OP.RMDIR, OP.RENAME, OP.MKNOD, OP.SYMLINK]);
+
+function tooLong(name: string | undefined): boolean {
+  return name !== undefined && nameTooLong(name);
+}
+
 function dispatchWrite(
   writes: WriteOps,
   op: number,
@@ -320,6 +328,7 @@ function dispatcher(deps: OperationDeps, { entries, reads, dirs, writes }: OpFam
     if (op === OP.INVALIDATED) return kernelCache.invalidated(ino);
     if (!req) return;
     try {
+      if (NAMED_OPS.has(op) && (tooLong(name) || (op === OP.RENAME && tooLong(name2)))) return fuse.replyErr(req, Errno.ENAMETOOLONG);
       switch (op) {
         case OP.LOOKUP:
           return entries.lookup(new Answer(fuse, metrics, req, 'lookup'), ino, name!);

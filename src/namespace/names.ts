@@ -13,8 +13,17 @@ export function componentProblem(component: string): ComponentProblem | null {
   if (component === '') return 'empty'; // from a//b, a leading '/', or a trailing '/'
   if (component === '.' || component === '..') return 'dot';
   if (component.includes('\0')) return 'nul';
-  if (Buffer.byteLength(component, 'utf8') > NAME_MAX) return 'too-long';
+  if (nameTooLong(component)) return 'too-long';
   return null;
+}
+
+/**
+ * A name the kernel hands us (lookup, create, mkdir, rename's target...) longer than NAME_MAX bytes.
+ * Such names are refused (ENAMETOOLONG) where they come in: made, they would be hidden by every later
+ * lookup and listing. Each UTF-16 unit is at most 3 UTF-8 bytes, so short names skip the count.
+ */
+export function nameTooLong(name: string): boolean {
+  return name.length * 3 > NAME_MAX && Buffer.byteLength(name, 'utf8') > NAME_MAX;
 }
 
 /**
