@@ -136,7 +136,7 @@ describe('the FUSE addon', () => {
         if (op === OP.GETATTR) return fuse.replyAttr(req, [1, 0o040755, 2, 0, 0, 4096, 0], 0);
         fuse.replyErr(req, 38);
       },
-      { readOnly: true, fsName: name, allowOther: false, extra: [], maxBackground: 16 },
+      { readOnly: true, fsName: name, allowOther: false, extra: [], maxBackground: 16, congestionThreshold: 0, parallelDirops: true },
     );
     try {
       const line = (await fsp.readFile('/proc/self/mountinfo', 'utf8')).split('\n').find((l) => l.split(' ')[4] === mnt)!;

@@ -485,6 +485,47 @@ describe('notices', () => {
     for (const line of o.notices) expect(line).not.toContain('\n');
   });
 
+  it("takes gcsfuse's options that have no counterpart here, checks their values, and names each one set", () => {
+    const file = yamlFile(
+      [
+        'enable-hns: true',
+        'file-system:',
+        '  enable-kernel-reader: true',
+        '  disable-parallel-dirops: true',
+        'list:',
+        '  enable-empty-managed-folders: true',
+        'write:',
+        '  create-empty-file: true',
+        'trace:',
+        '  sampling-ratio: 0.5',
+        'cloud-profiler:',
+        '  enabled: false',
+        '',
+      ].join('\n'),
+    );
+    const o = parse('--enable-rapid-writes', '--strong-consistency-on-open=false', '--config-file', file, 'b', '/m');
+    // The two that gcsmount implements take effect, with no notice.
+    expect(o.values['create-empty-file']).toBe(true);
+    expect(o.values['disable-parallel-dirops']).toBe(true);
+    expect(o.notices.map((n) => n.split(' is ')[0]).sort()).toEqual(
+      [
+        "config key 'enable-hns'",
+        "config key 'file-system.enable-kernel-reader'",
+        "config key 'list.enable-empty-managed-folders'",
+        "config key 'trace.sampling-ratio'",
+        "config key 'cloud-profiler.enabled'",
+        '--enable-rapid-writes',
+        '--strong-consistency-on-open',
+      ].sort(),
+    );
+    expect(o.notices.find((n) => n.includes("'enable-hns'"))).toMatch(/ignored \(hierarchical-namespace/);
+    for (const line of o.notices) expect(line).not.toContain('\n');
+    // Their values are still checked, and a misspelt key is still an error.
+    expectOptionError(() => parse('--trace-sampling-ratio', 'half', 'b', '/m'), 'trace-sampling-ratio');
+    expectOptionError(() => parse('--config-file', yamlFile('enable-hns: maybe\n'), 'b', '/m'), 'enable-hns');
+    expectOptionError(() => parse('--config-file', yamlFile('enable-hsn: true\n'), 'b', '/m'), "unknown key 'enable-hsn'");
+  });
+
   it('gives none for effective options and warns about no-op settings', () => {
     expect(parse('--uid', '5', '--implicit-dirs', 'b', '/m').notices).toEqual([]);
     expect(parse('--implicit-dirs=false', 'b', '/m').notices.join()).toMatch(/always treats object prefixes as directories/);

@@ -456,6 +456,32 @@ except OSError as x: print('close failed', x.errno)`,
     await unmount(m.path);
   }, 120_000);
 
+  it('--create-empty-file: a created file is an empty object in the bucket while it is written, replaced by its bytes at close', async () => {
+    const tb = await startBucket('emptyhold');
+    await upload(tb, 'taken', 'other');
+    const m = await mount({ tb, args: ['--create-empty-file'] });
+    const writer = heldReader(
+      `import sys
+f=open(sys.argv[1],'wb'); f.write(b'the bytes'); f.flush()
+print('opened', flush=True); sys.stdin.readline()
+f.close(); print('closed')`,
+      [join(m.path, 'new.txt')],
+    );
+    await writer.opened;
+    const hold = await resource(tb, 'new.txt');
+    expect(hold).not.toBeNull();
+    expect((await stored(tb, 'new.txt'))!.length).toBe(0);
+    writer.proceed();
+    expect((await writer.done).stdout.trim().split('\n').pop()).toBe('closed');
+    expect((await stored(tb, 'new.txt'))?.toString()).toBe('the bytes');
+    // The bytes replaced the hold's own generation (a precondition on it), not whatever was there.
+    expect((await resource(tb, 'new.txt'))!.generation).not.toBe(hold!.generation);
+    // O_EXCL of a name that exists is still EEXIST, and the object there is left alone.
+    expect(await py(`import os,sys,errno\ntry: os.open(sys.argv[1], os.O_CREAT|os.O_EXCL|os.O_WRONLY); print('ok')\nexcept OSError as x: print(errno.errorcode[x.errno])`, join(m.path, 'taken'))).toBe('EEXIST');
+    expect((await stored(tb, 'taken'))?.toString()).toBe('other');
+    await unmount(m.path);
+  });
+
   it('an O_TRUNC open refused (ESTALE) does not keep the file open: once its writer closes, the name opens afresh', async () => {
     const tb = await startBucket('truncrefused');
     await upload(tb, 'x', 'v1');

@@ -1,17 +1,18 @@
 // The --config-file: gcsfuse's YAML layout (sections of keys, e.g. metadata-cache: ttl-secs:), read
 // into values by flag name. An unknown key is an error naming the closest known one, so a misspelt key
-// is not silently left at its default.
+// is not silently left at its default. gcsfuse's keys gcsmount has no use for are read (and their
+// values checked) like the others, then named in a warning (params/gcsfuse-only.ts).
 
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { parseParamValue } from './param-value.js';
-import { PARAM_BY_CONFIG_KEY, type Param } from './params.js';
+import { GCSFUSE_ONLY_BY_CONFIG_KEY, PARAM_BY_CONFIG_KEY, type Param } from './params.js';
 import { suggest } from './suggest.js';
 import { OptionError, parseStringList } from './values.js';
 
 /** Every section ('metadata-cache', 'logging.log-rotate', ...) that holds config keys. */
 const CONFIG_SECTIONS: ReadonlySet<string> = new Set(
-  [...PARAM_BY_CONFIG_KEY.keys()].flatMap((key) => {
+  [...PARAM_BY_CONFIG_KEY.keys(), ...GCSFUSE_ONLY_BY_CONFIG_KEY.keys()].flatMap((key) => {
     const parts = key.split('.');
     return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join('.'));
   }),
@@ -73,7 +74,7 @@ export function readConfigFile(file: string): Map<string, unknown> {
   const walk = (node: Record<string, unknown>, prefix: string) => {
     for (const [k, v] of Object.entries(node)) {
       const key = prefix ? `${prefix}.${k}` : k;
-      const param = PARAM_BY_CONFIG_KEY.get(key);
+      const param = PARAM_BY_CONFIG_KEY.get(key) ?? GCSFUSE_ONLY_BY_CONFIG_KEY.get(key);
       if (param) {
         if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
           throw new OptionError(`invalid value for config key '${key}' in config file ${file}: expected a value, not a section`);

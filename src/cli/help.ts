@@ -1,7 +1,7 @@
 // `gcsmount --help`, each subcommand's help and the docs' table of options, all generated from the
 // option table (params.ts): nothing here lists an option by hand.
 
-import { GROUPS, PARAMS, type Param } from './params.js';
+import { GCSFUSE_ONLY_PARAMS, GROUPS, PARAMS, type Param } from './params.js';
 import { formatDuration, optionLabel } from './values.js';
 
 function typeHint(p: Param): string {
@@ -100,6 +100,11 @@ export function formatHelp(): string {
       lines.push(`  ${flagCol(p).padEnd(w1)}  ${defCol(p).padEnd(w2)}  ${p.help}${marker(p)}`);
     }
   }
+  lines.push(
+    `  Also accepted: ${GCSFUSE_ONLY_PARAMS.length} more of gcsfuse's options that have no counterpart here (telemetry export, its reader's`,
+    '  and gRPC tuning, Rapid and hierarchical-namespace buckets, experiments): their values are checked, and each one set is',
+    '  named in a warning saying why it does nothing.',
+  );
   lines.push('', '  -h, --help'.padEnd(w1 + 2) + '  ' + ''.padEnd(w2) + '  show this help');
   return lines.join('\n') + '\n';
 }

@@ -12,6 +12,8 @@ import { resolve as resolvePath } from 'node:path';
 import { readConfigFile } from './config-file.js';
 import { parseParamValue } from './param-value.js';
 import {
+  GCSFUSE_ONLY_BY_FLAG,
+  GCSFUSE_ONLY_PARAMS,
   PARAMS,
   PARAM_BY_FLAG,
   type FlagOfType,
@@ -163,7 +165,7 @@ function parseArgv(argv: readonly string[]): ArgvResult {
     const eq = body.indexOf('=');
     const name = eq >= 0 ? body.slice(0, eq) : body;
     let inline: string | undefined = eq >= 0 ? body.slice(eq + 1) : undefined;
-    let param = name === '' ? undefined : PARAM_BY_FLAG.get(name);
+    let param = name === '' ? undefined : (PARAM_BY_FLAG.get(name) ?? GCSFUSE_ONLY_BY_FLAG.get(name));
     if (!param && dashes === 1 && body.length > 1 && body.startsWith('o')) {
       // mount(8) style -oallow_other,ro
       param = O_PARAM;
@@ -233,6 +235,12 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
       const n = noticeFor(p, source);
       if (n) notices.push(n);
     }
+  }
+
+  // gcsfuse's options gcsmount has no use for: their values were checked; each one set is named.
+  for (const p of GCSFUSE_ONLY_PARAMS) {
+    const source: ValueSource | null = flags.has(p.flag) ? 'flag' : fromConfig.has(p.flag) ? 'config' : null;
+    if (source) notices.push(noticeFor(p, source)!);
   }
 
   // BUCKET and MOUNTPOINT may also come from the config file (one file per systemd unit instance).

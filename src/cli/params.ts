@@ -12,6 +12,7 @@ import { AUTHENTICATION_PARAMS } from './params/authentication.js';
 import { BLOCK_CACHE_PARAMS } from './params/block-cache.js';
 import { COMPATIBILITY_PARAMS } from './params/compatibility.js';
 import { DOWNLOAD_PARAMS } from './params/downloads.js';
+import { GCSFUSE_ONLY_PARAMS } from './params/gcsfuse-only.js';
 import { GCS_CONNECTION_PARAMS } from './params/gcs-connection.js';
 import { LOGGING_METRICS_PARAMS } from './params/logging-metrics.js';
 import { METADATA_CACHE_PARAMS } from './params/metadata-cache.js';
@@ -65,6 +66,14 @@ export const PARAM_BY_FLAG: ReadonlyMap<string, Param> = new Map(PARAMS.map((p) 
 export const PARAM_BY_CONFIG_KEY: ReadonlyMap<string, Param> = new Map(
   PARAMS.filter((p) => p.configKey !== null).map((p) => [p.configKey as string, p as Param]),
 );
+
+export { GCSFUSE_ONLY_PARAMS } from './params/gcsfuse-only.js';
+
+/** gcsfuse's options without a counterpart here (accepted, checked, warned about, never used), by flag. */
+export const GCSFUSE_ONLY_BY_FLAG: ReadonlyMap<string, Param> = new Map(GCSFUSE_ONLY_PARAMS.map((p) => [p.flag, p]));
+
+/** The same, by config-file key. */
+export const GCSFUSE_ONLY_BY_CONFIG_KEY: ReadonlyMap<string, Param> = new Map(GCSFUSE_ONLY_PARAMS.map((p) => [p.configKey as string, p]));
 
 /** Groups in the order `--help` shows them. */
 export const GROUPS: readonly ParamGroup[] = [

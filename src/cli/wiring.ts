@@ -147,7 +147,9 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     allowOther,
     extra,
     // Enough for the kernel to keep every download slot busy with readahead and parallel readers.
-    maxBackground: Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
+    maxBackground: v['max-background'] > 0 ? v['max-background'] : Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
+    congestionThreshold: v['congestion-threshold'],
+    parallelDirops: !v['disable-parallel-dirops'],
   });
   undo.push(() => mount.unmount());
   kernelCache.attach(mount.session);

@@ -56,6 +56,7 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
     namespace: deps.namespace,
     changes,
     renameDirLimit: v['rename-dir-limit'],
+    createEmptyFile: v['create-empty-file'],
     config: { chunkBytes, streaming: v['enable-streaming-writes'], maxChunksAhead: v['write-max-blocks-per-file'] },
     staging,
     blocks: deps.blocks,

@@ -106,6 +106,10 @@ export interface KernelOptions {
   extra: string[];
   /** Kernel requests queued to us at once (FUSE max_background): readahead and async reads. */
   maxBackground: number;
+  /** Past this many, the kernel holds back readahead (FUSE congestion_threshold); 0: three quarters of maxBackground. */
+  congestionThreshold: number;
+  /** Lookups and listings of one folder may reach us in parallel (FUSE_PARALLEL_DIROPS). */
+  parallelDirops: boolean;
 }
 
 /** What an unmount did: unmounted, or detached while busy and then ended within the grace or not. */
@@ -178,8 +182,8 @@ export class FuseMount {
     try {
       session = fuse.mount(path, ['-o', options.join(',')], listener, {
         maxBackground: k.maxBackground,
-        congestionThreshold: Math.max(1, Math.floor((k.maxBackground * 3) / 4)),
-        parallelDirops: true,
+        congestionThreshold: k.congestionThreshold > 0 ? k.congestionThreshold : Math.max(1, Math.floor((k.maxBackground * 3) / 4)),
+        parallelDirops: k.parallelDirops,
       });
     } catch (err) {
       throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);

@@ -73,7 +73,8 @@ export class WriteOps {
       async (entry) => {
         if (entry && flags & constants.O_EXCL) return a.error(E.EEXIST);
         if (entry?.kind === 'dir') return a.error(Errno.EISDIR);
-        const state = this.writes.open(path, entry?.kind === 'file' ? entry.meta : null);
+        const source = entry?.kind === 'file' ? entry.meta : await this.writes.holdNewName(path);
+        const state = this.writes.open(path, source);
         if (entry && flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
         const ino = inodes.lookedUp(path);

@@ -9,6 +9,8 @@ import { WriteState, type WriteStateDeps } from './write-state.js';
 
 export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded' | 'outdated'>, NameChangesDeps {
   namespace: Namespace;
+  /** --create-empty-file: a created name's empty object is made at once (see holdNewName). */
+  createEmptyFile?: boolean;
 }
 
 /**
@@ -150,6 +152,17 @@ export class Writes {
 
   makeDir(path: string): Promise<Entry> {
     return this.nameChanges.makeDir(path);
+  }
+
+  /**
+   * A name about to be created (O_CREAT, nothing there): with --create-empty-file (gcsfuse's
+   * write.create-empty-file) its empty object is made now, as a hold other machines see, and the file's
+   * bytes replace that generation at close (staged, as an edit: not streamed). Null without the option.
+   */
+  async holdNewName(path: string): Promise<ObjectMeta | null> {
+    if (!this.deps.createEmptyFile) return null;
+    const entry = await this.makeFile(path);
+    return entry.kind === 'file' ? entry.meta : null;
   }
 
   makeFile(path: string, metadata?: Record<string, string>): Promise<Entry> {

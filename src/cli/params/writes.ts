@@ -24,6 +24,15 @@ export const WRITE_PARAMS = [
     path: true,
   },
   {
+    flag: 'create-empty-file',
+    configKey: 'write.create-empty-file',
+    type: 'bool',
+    default: false,
+    help: 'Make a new file\'s empty object in the bucket when it is created (a hold other machines see, taken with a precondition), then its bytes at close (staged, not streamed)',
+    group: 'Writes',
+    effect: 'effective',
+  },
+  {
     flag: 'enable-streaming-writes',
     configKey: 'write.enable-streaming-writes',
     type: 'bool',
