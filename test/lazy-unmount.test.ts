@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, eventually, isMounted, mount, run, startBucket, tempDir, writeObjects, type Mounted, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, mount, run, startBucket, tempDir, writeObjects, type Mounted, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
 const KIB = 1024;
@@ -90,6 +90,48 @@ describe('unmounting a busy mount', () => {
     expect(await exited).toBe(0);
     await noClosedIndexErrors(m);
     expect(await fsp.readFile(m.logFile, 'utf8')).toContain('mount detached (lazy unmount)');
+  }, 60_000);
+
+  it('a daemon detached by umount -l leaves the daemon mounted on its path since alone when it stops (its mount and control socket)', async () => {
+    const a = await mount({ tb, foreground: true, args: ['--cache-dir', await tempDir('cache')] });
+    const aExited = exitOf(a);
+    const reader = pausedReader(join(a.path, 'big.bin'));
+    let b: Mounted | undefined;
+    try {
+      await reader.started;
+      expect((await run('umount', ['-l', a.path])).code).toBe(0);
+      b = await mount({ tb, foreground: true, mountPoint: a.path });
+      reader.release();
+      expect((await reader.done).sum).toBe(sha256(big));
+    } finally {
+      reader.kill();
+    }
+    // The first daemon's session ended with its reader: it stops, and once took the path for its own.
+    expect(await aExited).toBe(0);
+    if (!b) throw new Error('the second daemon did not mount');
+    expect(await isMounted(b.path)).toBe(true);
+    expect(b.daemon!.exitCode).toBe(null);
+    expect((await run('cat', [join(b.path, 'small.txt')])).stdout).toBe('small');
+    const stats = await run(GCSMOUNT, ['stats', b.path, '--json']);
+    expect(stats.code, stats.stderr).toBe(0);
+    expect(JSON.parse(stats.stdout).pid).toBe(b.daemon!.pid);
+  }, 60_000);
+
+  it('two starts on one mount point at once: one mounts, the other is refused (exit 3), never one mount over another', async () => {
+    const path = await tempDir('mnt');
+    const args = [tb.bucket, path, '--custom-endpoint', tb.emulator.url];
+    const [one, two] = await Promise.all([run(GCSMOUNT, args, { env: daemonEnv() }), run(GCSMOUNT, args, { env: daemonEnv() })]);
+    try {
+      expect([one.code, two.code].sort(), `${one.stderr} / ${two.stderr}`).toEqual([0, 3]);
+      const refused = one.code === 3 ? one : two;
+      expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+      expect(refused.stderr).toMatch(/already mounted|being mounted by another gcsmount/);
+      const entries = (await fsp.readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.split(' ')[4] === path);
+      expect(entries).toHaveLength(1);
+      expect((await run('cat', [join(path, 'small.txt')])).stdout).toBe('small');
+    } finally {
+      await run(GCSMOUNT, ['unmount', path]);
+    }
   }, 60_000);
 
   it('on SIGTERM with a file open, detaches, serves it until it is closed, then stops', async () => {

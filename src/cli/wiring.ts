@@ -4,7 +4,8 @@ import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
 import { Prefetcher } from '../prefetch/prefetcher.js';
 import type { ControlServer, MountInfo } from '../observe/control-server.js';
 import { ensureRuntimeDir } from '../observe/runtime-dir.js';
-import { FuseMount, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
+import { FuseMount, holdStartLock, MountPointError, prepareMountPoint, setReadAhead } from '../fs/mount.js';
+import type { FileLock } from '../file-lock.js';
 import { FuseUnavailableError, loadFuse, type FuseAddon } from '../fs/kernel.js';
 import type { ObjectClient } from '../gcs/object-client.js';
 import type { HttpObjectClient } from '../gcs/http-client.js';
@@ -86,7 +87,12 @@ export async function startDaemon(opts: MountOptions, log: Logger, lostLogLines:
 }
 
 /** The mount point made ready and the FUSE addon loaded, before anything is started. */
-async function prepareKernelSide(opts: MountOptions, log: Logger): Promise<{ mountPoint: string; fuse: FuseAddon }> {
+async function prepareKernelSide(opts: MountOptions, log: Logger, undo: (() => unknown)[]): Promise<{ mountPoint: string; fuse: FuseAddon; starting: FileLock }> {
+  // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
+  await ensureRuntimeDir();
+  // Held until mounted: checked and mounted by one daemon at a time.
+  const starting = await holdStartLock(opts.mountPoint);
+  undo.push(() => starting.release());
   const mountPoint = await prepareMountPoint(opts.mountPoint);
   // Checked before anything is started: a machine without FUSE gets one line naming what to install.
   let fuse;
@@ -99,15 +105,13 @@ async function prepareKernelSide(opts: MountOptions, log: Logger): Promise<{ mou
   // Block files, sockets and native reads each hold a descriptor: take all the system allows.
   const [softFiles, hardFiles] = fuse.raiseFileLimit();
   log.info({ soft: softFiles, hard: hardFiles }, `open file limit (RLIMIT_NOFILE): ${softFiles < 0 ? 'unlimited' : softFiles}`);
-  return { mountPoint, fuse };
+  return { mountPoint, fuse, starting };
 }
 
 /** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
 async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[]): Promise<RunningDaemon> {
   const v = opts.values;
-  const { mountPoint, fuse } = await prepareKernelSide(opts, log);
-  // Refused (exit 6) before anything is mounted, not after, when it belongs to someone else.
-  await ensureRuntimeDir();
+  const { mountPoint, fuse, starting } = await prepareKernelSide(opts, log, undo);
   const access = await gcsAccess(opts);
   const metrics = new Metrics();
   metrics.addCounterSource('log_lines_lost', lostLogLines);
@@ -152,6 +156,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     parallelDirops: !v['disable-parallel-dirops'],
   });
   undo.push(() => mount.unmount());
+  starting.release();
   kernelCache.attach(mount.session);
   await setReadAhead(mountPoint, v['max-read-ahead-kb'], log);
   // Only now does `gcsmount wait` get its answer.

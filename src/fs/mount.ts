@@ -1,10 +1,11 @@
 import { execFile, spawn } from 'node:child_process';
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import type { Logger } from '../observe/logger.js';
 import { timerDelay } from '../units.js';
 import { OP, type FuseAddon, type RequestListener, type SessionHandle } from './kernel.js';
-import { canonicalMountPoint } from '../observe/runtime-dir.js';
+import { canonicalMountPoint, startLockFor } from '../observe/runtime-dir.js';
+import { FileLockBusyError, holdFileLock, type FileLock } from '../file-lock.js';
 
 const run = promisify(execFile);
 
@@ -12,24 +13,64 @@ export class MountPointError extends Error {
   override readonly name = 'MountPointError';
 }
 
-/** Mount points currently in the mount table, with the kernel's octal escapes undone. */
+/** One line of the mount table. */
+interface MountEntry {
+  path: string;
+  /** "major:minor" of the mounted file system: a FUSE connection's own (its number under /sys/fs/fuse/connections). */
+  device: string;
+  type: string;
+}
+
+/** The mount table, oldest mount first, with the kernel's octal escapes undone. */
+function parseMountInfo(text: string): MountEntry[] {
+  const entries: MountEntry[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ');
+    const path = fields[4];
+    const device = fields[2];
+    // After the optional fields, a lone "-", then the type.
+    const separator = fields.indexOf('-', 6);
+    const type = separator > 0 ? fields[separator + 1] : undefined;
+    if (path && device && type) entries.push({ path: path.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))), device, type });
+  }
+  return entries;
+}
+
+async function mountTable(): Promise<MountEntry[]> {
+  return parseMountInfo(await fsp.readFile('/proc/self/mountinfo', 'utf8'));
+}
+
+/** The device of what is mounted on top at `path` (what a lookup of it reaches), or null. */
+function topDevice(table: MountEntry[], path: string): string | null {
+  let device: string | null = null;
+  for (const e of table) if (e.path === path) device = e.device;
+  return device;
+}
+
+/** Mount points currently in the mount table. */
 export async function mountedPaths(): Promise<Set<string>> {
-  return new Set((await mountedTypes()).keys());
+  return new Set((await mountTable()).map((e) => e.path));
 }
 
 /** The file system type of each mount point in the mount table (`fuse.gcsmount` for ours); the last mount of a path wins. */
 export async function mountedTypes(): Promise<Map<string, string>> {
-  const text = await fsp.readFile('/proc/self/mountinfo', 'utf8');
   const types = new Map<string, string>();
-  for (const line of text.split('\n')) {
-    const fields = line.split(' ');
-    const path = fields[4];
-    // After the optional fields, a lone "-", then the type.
-    const separator = fields.indexOf('-', 6);
-    const type = separator > 0 ? fields[separator + 1] : undefined;
-    if (path && type) types.set(path.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))), type);
-  }
+  for (const e of await mountTable()) types.set(e.path, e.type);
   return types;
+}
+
+/**
+ * Holds the mount point's start lock while a daemon checks and mounts it. Two starts at once both found
+ * it free and both mounted, one over the other. The second is refused at once: waiting would only find
+ * the first one's mount.
+ */
+export async function holdStartLock(path: string): Promise<FileLock> {
+  try {
+    return holdFileLock(await startLockFor(path), true);
+  } catch (err) {
+    if (err instanceof FileLockBusyError) throw new MountPointError(`mountpoint ${path} is being mounted by another gcsmount right now`);
+    throw err;
+  }
 }
 
 async function lazyUnmount(path: string): Promise<void> {
@@ -146,6 +187,12 @@ export class FuseMount {
 
   private constructor(
     readonly path: string,
+    /**
+     * This mount's device, read from the mount table as it appeared (null if it could not be): after a
+     * lazy unmount another daemon may mount on the same path, and a path alone took that one for ours
+     * (our stop then unmounted it).
+     */
+    private readonly device: string | null,
     /** Resolves when the kernel connection has ended (unmounted from anywhere, or aborted). */
     readonly ended: Promise<void>,
     /** The addon's session: for notifications to the kernel (invalidations). */
@@ -188,7 +235,26 @@ export class FuseMount {
     } catch (err) {
       throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);
     }
-    return new FuseMount(path, ended, session, gate);
+    // Read at once, synchronously: no other mount can be made on this path meanwhile (its daemon's start
+    // finds this one mounted).
+    let device: string | null = null;
+    try {
+      device = topDevice(parseMountInfo(readFileSync('/proc/self/mountinfo', 'utf8')), path);
+    } catch {
+      // no mount table to read: known by path alone
+    }
+    return new FuseMount(path, device, ended, session, gate);
+  }
+
+  /** Whether this mount is in the mount table (not detached by a lazy unmount). */
+  private attached(table: MountEntry[]): boolean {
+    return table.some((e) => e.path === this.path && (this.device === null || e.device === this.device));
+  }
+
+  /** Whether a lookup of the path reaches this mount, so that unmounting the path unmounts it and nothing else. */
+  private onTop(table: MountEntry[]): boolean {
+    const top = topDevice(table, this.path);
+    return top !== null && (this.device === null || top === this.device);
   }
 
   /**
@@ -200,8 +266,8 @@ export class FuseMount {
     this.onGone = onGone;
     this.watcher = setInterval(() => {
       if (this.unmounting) return;
-      mountedPaths().then((paths) => {
-        if (!paths.has(this.path) && !this.unmounting && this.onGone) {
+      mountTable().then((table) => {
+        if (!this.attached(table) && !this.unmounting && this.onGone) {
           this.stopWatching();
           onDetached();
         }
@@ -219,7 +285,8 @@ export class FuseMount {
   unmount(graceMs = DEFAULT_GRACE_MS, onBusy: () => void = () => undefined): Promise<UnmountOutcome> {
     this.stopWatching();
     this.unmounting ??= (async (): Promise<UnmountOutcome> => {
-      let detached = !(await mountedPaths()).has(this.path);
+      // Not on top (detached, or something mounted over it): unmounting the path would take another mount.
+      let detached = !this.onTop(await mountTable());
       if (!detached) {
         try {
           await run('fusermount3', ['-u', this.path]);

@@ -1,4 +1,4 @@
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, type BigIntStats } from 'node:fs';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from './logger.js';
 import { ensureRuntimeDir } from './runtime-dir.js';
@@ -46,8 +46,12 @@ export interface ControlServer {
 export async function startControlServer(socketPath: string, handlers: ControlHandlers, log: Logger): Promise<ControlServer> {
   let answering = false;
   await ensureRuntimeDir();
-  // A socket file left by a killed daemon would make listen fail with EADDRINUSE.
-  await fsp.rm(socketPath, { force: true });
+  // Bound under a name of this process's own, then renamed into place (replacing a socket a killed
+  // daemon left): Node removes a Unix socket's bound path when its server closes, and the mount's path
+  // may belong to a successor by then (a daemon stopping after a lazy unmount removed the socket of the
+  // one mounted on its path since).
+  const bound = `${socketPath}.${process.pid}`;
+  await fsp.rm(bound, { force: true });
   const server: Server = createServer((req, res) => {
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
@@ -85,9 +89,14 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
   };
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(socketPath, resolve);
+    server.listen(bound, resolve);
   });
-  await fsp.chmod(socketPath, 0o600);
+  await fsp.chmod(bound, 0o600);
+  await fsp.rename(bound, socketPath);
+  // Ours, by inode and change time (a successor's socket may get the inode number ours had): removed at
+  // close only while it is still ours.
+  const identity = (st: BigIntStats) => `${st.ino}:${st.ctimeNs}`;
+  const own = identity(await fsp.stat(socketPath, { bigint: true }));
   log.debug({ socketPath }, 'control socket listening');
   return {
     open: () => {
@@ -97,7 +106,10 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
       new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
-        void fsp.rm(socketPath, { force: true });
+        void fsp.stat(socketPath, { bigint: true }).then(
+          (st) => (identity(st) === own ? fsp.rm(socketPath, { force: true }) : undefined),
+          () => undefined,
+        );
       }),
   };
 }

@@ -45,10 +45,19 @@ export async function canonicalMountPoint(path: string, hops = 0): Promise<strin
   return joined;
 }
 
-/** The control socket of the mount at `path` (a short hash: socket paths are limited to 108 bytes). */
+/** A mount point's name in the runtime dir (a short hash: socket paths are limited to 108 bytes). */
+async function mountId(path: string): Promise<string> {
+  return createHash('sha256').update(await canonicalMountPoint(path)).digest('hex').slice(0, 16);
+}
+
+/** The control socket of the mount at `path`. */
 export async function controlSocketFor(path: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
-  const id = createHash('sha256').update(await canonicalMountPoint(path)).digest('hex').slice(0, 16);
-  return join(runtimeDir(env), `${id}.sock`);
+  return join(runtimeDir(env), `${await mountId(path)}.sock`);
+}
+
+/** The file whose lock a daemon holds while it mounts on `path`: two starts on one mount point take turns. */
+export async function startLockFor(path: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  return join(runtimeDir(env), `${await mountId(path)}.start`);
 }
 
 /**

@@ -1,8 +1,8 @@
-import Database from 'better-sqlite3';
-import { closeSync, constants as fsConstants, existsSync, openSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { FreeSpaceMargin } from '../blocks/free-space.js';
 import type { Logger } from '../observe/logger.js';
+import { FileLockBusyError, holdFileLock, type FileLock } from '../file-lock.js';
 import { preparePrivateSubdir } from '../private-dir.js';
 
 /** A staged file would leave less free space than the margin: the write that grows it gets ENOSPC. */
@@ -21,30 +21,18 @@ const FREE_CHECK_BYTES = 8 * 2 ** 20;
  */
 const ALIVE = '.alive';
 
-function holdAlive(dir: string): Database.Database {
-  // Made 0600 before SQLite sees it (SQLite would make it by the umask; its journal, which SQLite may
-  // still leave, takes the file's mode), never through a planted symlink. Only its lock matters.
-  closeSync(openSync(join(dir, ALIVE), fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
-  const db = new Database(join(dir, ALIVE), { timeout: 0 });
-  try {
-    db.pragma('journal_mode = OFF');
-    db.pragma('locking_mode = EXCLUSIVE');
-    db.exec('BEGIN EXCLUSIVE; COMMIT;');
-  } catch (err) {
-    db.close();
-    throw err;
-  }
-  return db;
+function holdAlive(dir: string): FileLock {
+  return holdFileLock(join(dir, ALIVE));
 }
 
 /** Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here). */
 function heldByAnother(dir: string): boolean {
   if (!existsSync(join(dir, ALIVE))) return false;
   try {
-    holdAlive(dir).close();
+    holdAlive(dir).release();
     return false;
   } catch (err) {
-    return (err as { code?: string }).code === 'SQLITE_BUSY';
+    return err instanceof FileLockBusyError;
   }
 }
 
@@ -61,7 +49,7 @@ export class StagingDir {
   private grownSinceCheck = 0;
 
   /** This daemon's hold on its subfolder (see ALIVE); null where SQLite could not make the file. */
-  private alive: Database.Database | null = null;
+  private alive: FileLock | null = null;
 
   private constructor(
     readonly dir: string,
@@ -112,7 +100,7 @@ export class StagingDir {
 
   /** Removes this daemon's subfolder (at exit; the files in it are closed). */
   close(): void {
-    this.alive?.close();
+    this.alive?.release();
     this.alive = null;
     try {
       rmSync(this.dir, { recursive: true, force: true });
