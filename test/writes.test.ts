@@ -294,6 +294,26 @@ print(f.read(), os.path.exists(os.path.join(root,'dirB','uno')))`,
     expect(await stored(tb, 'dirB/uno')).toBeNull();
   });
 
+  it('a file written, closed and renamed at once (an atomic save: tmp file, then os.replace) is moved with its bytes', async () => {
+    const out = await py(
+      `import os,sys
+root=sys.argv[1]
+for i in range(3):
+  tmp=os.path.join(root,'ckpt.tmp'); final=os.path.join(root,'ckpt.bin')
+  with open(tmp,'wb') as f: f.write(b'epoch %d' % i)
+  os.replace(tmp, final)
+  print(open(final,'rb').read().decode(), os.path.exists(tmp))
+with open(os.path.join(root,'fresh.tmp'),'wb') as f: f.write(b'new')
+os.rename(os.path.join(root,'fresh.tmp'), os.path.join(root,'fresh.txt'))
+print(open(os.path.join(root,'fresh.txt')).read())`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(['epoch 0 False', 'epoch 1 False', 'epoch 2 False', 'new']);
+    expect((await stored(tb, 'ckpt.bin'))?.toString()).toBe('epoch 2');
+    expect(await stored(tb, 'ckpt.tmp')).toBeNull();
+    expect((await stored(tb, 'fresh.txt'))?.toString()).toBe('new');
+  });
+
   it('chmod and chown are accepted and not kept; utimes sets gcsfuse_mtime, which stat shows', async () => {
     const out = await py(
       `import os,sys

@@ -139,7 +139,16 @@ export class NameChanges {
     // The file's upload in flight (a close's) lands first, under the name it was started for.
     const release = state ? await state.hold() : null;
     try {
-      if (state && this.files.states.get(from) !== state) throw new RefusedError('ENOENT', `${from} was removed meanwhile`);
+      if (state && this.files.states.get(from) !== state) {
+        // Its last close ended while we waited (write, close, rename at once: how a file is saved
+        // atomically): the object that close uploaded is what moves. Removed or renamed meanwhile: gone.
+        if (state.unlinked || state.path !== from) throw new RefusedError('ENOENT', `${from} was removed meanwhile`);
+        // Opened again meanwhile: that file is the one to move.
+        if (this.files.states.has(from)) return await this.renameFile(from, to, meta, target);
+        const now = await this.files.entryOf(from);
+        if (now?.kind !== 'file') throw new RefusedError('ENOENT', `${from} was removed meanwhile`);
+        return await this.renameFileNow(from, to, now.meta, target, null);
+      }
       return await this.renameFileNow(from, to, meta, target, state ?? null);
     } finally {
       release?.();
