@@ -314,6 +314,29 @@ print(open(os.path.join(root,'fresh.txt')).read())`,
     expect((await stored(tb, 'fresh.txt'))?.toString()).toBe('new');
   });
 
+  it('fstat and futimens of an open file whose name was unlinked or replaced act on that file, not the name (ENOENT, or the newcomer)', async () => {
+    const out = await py(
+      `import os,sys
+root=sys.argv[1]
+p=os.path.join(root,'gone.txt'); q=os.path.join(root,'kept.txt'); r=os.path.join(root,'newcomer.txt')
+w=open(p,'wb'); w.write(b'12345'); w.flush()
+os.unlink(p)
+print(os.fstat(w.fileno()).st_size)
+w.write(b'678'); w.flush()
+os.utime(w.fileno(), (1700000000, 1700000000))
+print(os.fstat(w.fileno()).st_size, int(os.fstat(w.fileno()).st_mtime))
+w.close()
+open(q,'wb').write(b'abc')
+f=open(q,'rb')
+open(r,'wb').write(b'0123456789')
+os.rename(r, q)
+print(os.fstat(f.fileno()).st_size, f.read(), os.stat(q).st_size)`,
+      m.path,
+    );
+    expect(out.split('\n')).toEqual(['5', '8 1700000000', "3 b'abc' 10"]);
+    expect(await stored(tb, 'gone.txt')).toBeNull();
+  });
+
   it('chmod and chown are accepted and not kept; utimes sets gcsfuse_mtime, which stat shows', async () => {
     const out = await py(
       `import os,sys

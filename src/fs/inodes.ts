@@ -51,6 +51,15 @@ export class InodeTable {
     return this.byIno.get(ino);
   }
 
+  /**
+   * Whether inode `ino` lost its name (unlinked, or renamed over) while the kernel keeps it for files
+   * open on it: its path names nothing, or another inode, and only its open handles know what it is.
+   */
+  detached(ino: number): boolean {
+    const node = this.byIno.get(ino);
+    return node !== undefined && this.byPath.get(node.path) !== node;
+  }
+
   /** The inode of a path the kernel holds. */
   at(path: string): InodeNode | undefined {
     return this.byPath.get(path);

@@ -2,6 +2,7 @@ import type { BlockSource } from '../blocks/block-source.js';
 import type { HandleReaderConfig } from '../blocks/handle-reader.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { ObjectMeta } from '../gcs/object-client.js';
 import type { Entry } from '../namespace/entry.js';
 import type { Namespace } from '../namespace/namespace.js';
 import type { Prefetcher } from '../prefetch/prefetcher.js';
@@ -186,6 +187,8 @@ export interface OpContext {
   writeOps: WriteOps | null;
   /** The file a read handle reads instead of its object, once that went (unlinked, replaced): ReadOps'. */
   orphanOf: (fh: number) => WriteState | undefined;
+  /** What read handles open on inode `ino` read: ReadOps'. */
+  readMetaOfInode: (ino: number) => ObjectMeta | undefined;
   fail(a: Answer, path: string, err: unknown, errno: number): void;
   /** What is at `path` now: a file open for writing or a local change as this mount made it, else the namespace's answer. */
   entryOf(path: string): Promise<Entry | null>;
@@ -205,6 +208,7 @@ function createContext(deps: OperationDeps): OpContext {
     writes,
     writeOps: null,
     orphanOf: () => undefined,
+    readMetaOfInode: () => undefined,
     entryOf: (path) => (writes ? writes.entryOf(path) : deps.namespace.lookup(path)),
     fail: (a, path, err, errno) => {
       metrics.inc('fuse_errors');
@@ -251,6 +255,7 @@ export function createOperations(deps: OperationDeps): Operations {
   if (ctx.writes) {
     const reads = families.reads;
     ctx.orphanOf = (fh) => reads.orphanOf(fh);
+    ctx.readMetaOfInode = (ino) => reads.metaOfInode(ino);
     ctx.writes.readers = {
       beforeRemoved: (path, state) => reads.keepBytes(path, state),
       moved: (from, to, source, object) => {

@@ -70,11 +70,18 @@ export class EntryOps {
     // A file open for writing shows its staged size and mtime; an fstat, its handle's file's.
     const fh = fhPlusOne - 1;
     const ofHandle = fhPlusOne > 0 ? (WriteOps.isWriteHandle(fh) ? this.ctx.writeOps?.stateOfHandle(fh) : this.ctx.orphanOf(fh)) : undefined;
-    const written = ofHandle ?? this.ctx.writes?.stateOf(path);
+    // fstat(2) comes without a handle: an inode whose name went (unlinked, replaced) is what its open
+    // handles have, never what the path names now (nothing: ENOENT; or another file).
+    const detached = inodes.detached(ino);
+    const written = ofHandle ?? (detached ? this.ctx.writeOps?.stateOfInode(ino) : this.ctx.writes?.stateOf(path));
     if (written) return a.attr(statFor(ino, { kind: 'file', meta: written.meta() }, deps.attributes), deps.timeouts.attrSec);
     // An open file keeps showing the generation it pinned.
     const reader = fhPlusOne > 0 ? handles.get(fhPlusOne - 1) : undefined;
     if (reader) return a.attr(this.fileAttributes(ino, path, reader.meta), deps.timeouts.attrSec);
+    if (detached) {
+      const meta = this.ctx.readMetaOfInode(ino);
+      return meta ? a.attr(statFor(ino, { kind: 'file', meta }, deps.attributes), deps.timeouts.attrSec) : a.error(Errno.ENOENT);
+    }
     const pinned = handles.pinned(path);
     if (pinned) return a.attr(this.fileAttributes(ino, path, pinned), deps.timeouts.attrSec);
     this.attributesOf(ino, path).then(

@@ -26,6 +26,8 @@ export class ReadOps {
   private readonly files = new Map<number, NativeFile>();
   /** Handles whose object went (unlinked, replaced): they read the private copy made before it did. */
   private readonly orphans = new Map<number, WriteState>();
+  /** The inode each read handle was opened on (see metaOfInode). */
+  private readonly inodeOf = new Map<number, number>();
   private readonly pool: Buffer[] = [];
   /**
    * Handles of followed shards all on disk, read through the page cache: their reads that reach us are
@@ -79,6 +81,7 @@ export class ReadOps {
           this.throughPageCache.delete(fh);
           return;
         }
+        this.inodeOf.set(fh, ino);
         deps.prefetcher?.opened(path, meta);
         if (pageCache) deps.prefetcher?.openedThroughPageCache(meta);
       },
@@ -177,8 +180,22 @@ export class ReadOps {
     this.ctx.handles.get(fh)?.close();
     this.ctx.handles.remove(fh);
     this.files.delete(fh);
+    this.inodeOf.delete(fh);
     this.throughPageCache.delete(fh);
     a.ok();
+  }
+
+  /**
+   * What a read handle open on inode `ino` reads (its private copy once the object went): for an inode
+   * whose name went, whose fstat comes without a handle.
+   */
+  metaOfInode(ino: number): ObjectMeta | undefined {
+    for (const [fh, i] of this.inodeOf) {
+      if (i !== ino) continue;
+      const meta = this.orphans.get(fh)?.meta() ?? this.ctx.handles.get(fh)?.meta;
+      if (meta) return meta;
+    }
+    return undefined;
   }
 
   /** The file read handle `fh` reads since its object went, if it did. */

@@ -25,6 +25,8 @@ export const WRITE_FH_BASE = 2 ** 32;
 interface WriteHandle {
   state: WriteState;
   writable: boolean;
+  /** The inode it was opened on: what a GETATTR or SETATTR without a handle names once the path is gone. */
+  ino: number;
 }
 
 /** Whether an open's flags change the file (write access, or O_TRUNC). */
@@ -59,6 +61,14 @@ export class WriteOps {
     return fh >= WRITE_FH_BASE;
   }
 
+  /**
+   * The file open for writing on inode `ino`, found through its handles: for an inode whose name went
+   * (unlinked, replaced), whose fstat and futimens come without a handle.
+   */
+  stateOfInode(ino: number): WriteState | undefined {
+    return this.handleOfInode(ino)?.state;
+  }
+
   /** The file behind a handle of ours (an unlinked or replaced one included: it is the handle's, not the path's). */
   stateOfHandle(fh: number): WriteState | undefined {
     return this.files.get(fh)?.state;
@@ -78,7 +88,7 @@ export class WriteOps {
         if (entry && flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
         const ino = inodes.lookedUp(path);
-        const fh = this.add(state, true);
+        const fh = this.add(state, true, ino);
         const attr = statFor(ino, { kind: 'file', meta: state.meta() }, deps.attributes);
         const node = inodes.node(ino)!;
         node.cachedGeneration = null;
@@ -110,7 +120,7 @@ export class WriteOps {
         const state = this.writes.open(path, entry.meta);
         if (flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
-        const fh = this.add(state, writable);
+        const fh = this.add(state, writable, ino);
         const node = inodes.node(ino);
         if (node) node.cachedGeneration = null;
         if (!a.open(fh, writable ? OPEN_FLAGS.FLUSH : 0)) {
@@ -193,7 +203,8 @@ export class WriteOps {
     const path = inodes.path(ino);
     if (path === undefined) return a.error(Errno.ESTALE);
     const mtime = values && values.length >= 40 ? values.readDoubleLE(32) : -1;
-    const handle = fhPlusOne > 0 ? this.files.get(fhPlusOne - 1) : undefined;
+    // futimens(2) comes without a handle: on an inode whose name went, the file is its open handles'.
+    const handle = fhPlusOne > 0 ? this.files.get(fhPlusOne - 1) : inodes.detached(ino) ? this.handleOfInode(ino) : undefined;
     const work = async (): Promise<Entry | null> => {
       if (toSet & SET_ATTR.SIZE) {
         const open = handle?.state ?? this.writes.stateOf(path);
@@ -315,9 +326,14 @@ export class WriteOps {
 
   // ---------------------------------------------------------------- inside
 
-  private add(state: WriteState, writable: boolean): number {
+  private handleOfInode(ino: number): WriteHandle | undefined {
+    for (const h of this.files.values()) if (h.ino === ino) return h;
+    return undefined;
+  }
+
+  private add(state: WriteState, writable: boolean, ino: number): number {
     const fh = this.next++;
-    this.files.set(fh, { state, writable });
+    this.files.set(fh, { state, writable, ino });
     return fh;
   }
 
