@@ -12,13 +12,20 @@ afterAll(cleanupAll);
 // each close the bucket's objects must equal the local files too. Seeds 2-10 found the bugs fixed with
 // the write path (commits of 2026-11-25); these cases keep a few.
 describe('the write differential against a real mount', () => {
-  for (const seed of [3, 6]) {
-    it(`seed ${seed}: the mount, the bucket and a local folder agree after every step`, async () => {
-      const r = await mountDifferentialCase({ seed, variant: 'plain', ops: 2000 });
-      expect(r.report.mismatches.slice(0, 3)).toEqual([]);
-      expect(r.report.steps).toBeGreaterThanOrEqual(2000);
-    }, 300_000);
-  }
+  it('seed 6: the mount, the bucket and a local folder agree after every step', async () => {
+    const r = await mountDifferentialCase({ seed: 6, variant: 'plain', ops: 2000 });
+    expect(r.report.mismatches.slice(0, 3)).toEqual([]);
+    expect(r.report.steps).toBeGreaterThanOrEqual(2000);
+  }, 300_000);
+
+  // Trees compared after every tenth close only: what follows a close at once runs while the daemon may
+  // still be finishing it (answers are still compared at every step). Seed 3 found a rename right after
+  // a close refused with ENOENT (189c06c).
+  it('seed 3, each operation right after the last: the same answers, and the same trees every tenth close', async () => {
+    const r = await mountDifferentialCase({ seed: 3, variant: 'plain', ops: 2000, snapshotEveryCloses: 10 });
+    expect(r.report.mismatches.slice(0, 3)).toEqual([]);
+    expect(r.report.steps).toBeGreaterThanOrEqual(2000);
+  }, 300_000);
 
   it('streams files larger than a chunk (1 MiB chunks) and stops streaming on out-of-order writes, with the same answers', async () => {
     const r = await mountDifferentialCase({ seed: 13, variant: 'plain', ops: 1200, bigWrites: true, mountArgs: ['--rename-dir-limit', '10000', '--write-block-size-mb', '1'] });

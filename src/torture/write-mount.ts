@@ -50,6 +50,11 @@ export interface MountCaseOptions {
   /** Extra daemon flags. The default raises --rename-dir-limit so directory renames are tried at all. */
   mountArgs?: string[];
   bigWrites?: boolean;
+  /**
+   * Compare the trees after every Nth close only (default 1): the snapshot after a close gives the
+   * daemon time to finish it, which hides races with what follows a close at once (a rename, an open).
+   */
+  snapshotEveryCloses?: number;
   log?: (line: string) => void;
 }
 
@@ -86,6 +91,7 @@ export async function mountDifferentialCase(plumbing: MountPlumbing, opts: Mount
     bucketSnapshot,
     // gcsfuse semantics: a directory rename may be refused (rename-dir-limit); nothing else is excused.
     allow: { dirRenameFails: true },
+    snapshotEveryCloses: opts.snapshotEveryCloses ?? 1,
     onStep: (i: number) => {
       if (i % 250 === 0) opts.log?.(`write differential: step ${i}/${ops.length}`);
     },
