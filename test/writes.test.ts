@@ -499,6 +499,29 @@ except OSError as x: print('close failed', x.errno)`,
     await unmount(m.path);
   }, 120_000);
 
+  it('an mtime set as cp -p sets it (after the last write, before close) is kept on a streamed file too', async () => {
+    const tb = await startBucket('streammtime');
+    const m = await mount({ tb, args: ['--write-block-size-mb', '1'] });
+    const before = requests(tb);
+    const out = await py(
+      `import os,sys
+p=sys.argv[1]
+fd=os.open(p, os.O_CREAT|os.O_WRONLY|os.O_TRUNC, 0o644)
+os.write(fd, b'x' * (3 * 1024 * 1024 + 5))
+os.utime(fd, (1600000000.5, 1600000000.5))
+os.close(fd)
+print(os.stat(p).st_mtime)`,
+      join(m.path, 'copied.bin'),
+    );
+    expect(Number(out)).toBeCloseTo(1600000000.5, 2);
+    const r = await resource(tb, 'copied.bin');
+    expect(r!.metadata?.gcsfuse_mtime).toBe('2020-09-13T12:26:40.5Z');
+    expect((await stored(tb, 'copied.bin'))!.length).toBe(3 * MIB + 5);
+    // Streamed (chunks in one session), then one metadata patch (the test's own GETs count too).
+    expect(delta(requests(tb), before)).toMatchObject({ patch: 1, upload: 5 });
+    await unmount(m.path);
+  });
+
   it('--create-empty-file: a created file is an empty object in the bucket while it is written, replaced by its bytes at close', async () => {
     const tb = await startBucket('emptyhold');
     await upload(tb, 'taken', 'other');

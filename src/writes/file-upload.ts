@@ -67,7 +67,7 @@ export class FileUpload {
     private readonly deps: UploadDeps,
     private readonly name: string,
     private readonly file: UploadSource,
-    private readonly opts: { ifGenerationMatch: string } & NewObjectAttrs,
+    readonly opts: { ifGenerationMatch: string } & NewObjectAttrs,
     /** The block cache's block size (0: no block hashes kept). */
     private readonly blockSize = 0,
   ) {}

@@ -50,6 +50,8 @@ export class WriteState {
   unlinked = false;
   size: number;
   mtimeMs: number;
+  /** mtimeMs was set by utimes (not by a write) since the last change. */
+  private mtimeExplicit = false;
   private dirty = false;
   private stale = false;
   private staged: StagedCopy | null = null;
@@ -210,6 +212,7 @@ export class WriteState {
   /** An explicit mtime (utimes): kept for the upload, as gcsfuse keeps it. */
   setMtime(ms: number): void {
     this.mtimeMs = ms;
+    this.mtimeExplicit = true;
   }
 
   /** Reads from the staged copy; null when there is none (nothing written: read the object). */
@@ -245,7 +248,7 @@ export class WriteState {
       // The last chunk goes from memory; then the staged copy gets every byte (for the block cache, a
       // later close, a reader), whether or not the upload worked. A staged copy that could not take
       // them fails whatever reads it next (never the upload that already has them).
-      const object = await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined));
+      const object = await this.keepExplicitMtime(upload, await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined)));
       this.dirty = false;
       const replaced = this.expect;
       this.expect = object.generation;
@@ -317,6 +320,30 @@ export class WriteState {
     this.changes++;
     this.dirty = true;
     this.mtimeMs = Date.now();
+    this.mtimeExplicit = false;
+  }
+
+  /**
+   * An mtime set (utimes) after the upload's session began carries the older one: a streamed file's
+   * session starts with its first chunk, and `cp -p` sets the mtime after its last write. The object's
+   * metadata takes it now, on the generation just made (gcsfuse_mtime, as a utimes of a closed file).
+   */
+  private async keepExplicitMtime(upload: FileUpload, object: WrittenObject): Promise<WrittenObject> {
+    const wanted = formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n);
+    if (!this.mtimeExplicit || upload.opts.metadata?.[MTIME_KEY] === wanted) return object;
+    try {
+      const patched = await this.deps.client.patchMetadata(object.name, {
+        ifGenerationMatch: object.generation,
+        ifMetagenerationMatch: object.metageneration,
+        metadata: { [MTIME_KEY]: wanted },
+      });
+      return { ...patched, updatedMs: this.mtimeMs };
+    } catch (err) {
+      // The bytes are in: a changed or gone object is another writer's now, and a failure leaves only
+      // the older mtime. Neither fails the close.
+      this.deps.log.warn({ path: this.path, err: String(err) }, 'the mtime set while the file was streamed could not be kept');
+      return object;
+    }
   }
 
   private reserveDisk(bytes: number): void {
