@@ -350,6 +350,16 @@ print(os.stat(p).st_mtime)`,
     expect((await resource(tb, 'stamped'))!.metadata?.gcsfuse_mtime).toBe('2023-11-14T22:13:20.25Z');
   });
 
+  it('touch of an existing file sets its mtime in the bucket without uploading it (a metadata patch)', async () => {
+    const before = requests(tb);
+    const r = await run('touch', ['-d', '@1500000000', join(m.path, 'exists')]);
+    expect(r.code, r.stderr).toBe(0);
+    expect((await resource(tb, 'exists'))!.metadata?.gcsfuse_mtime).toBe('2017-07-14T02:40:00Z');
+    expect((await stored(tb, 'exists'))?.toString()).toBe('x');
+    expect(delta(requests(tb), before)).toMatchObject({ patch: 1 });
+    expect(delta(requests(tb), before).upload ?? 0).toBe(0);
+  });
+
   it('gcsmount stats shows the writes', async () => {
     const c = (await mountStats(m.path)).counters;
     expect(c.write_uploads).toBeGreaterThan(40);

@@ -237,7 +237,11 @@ export class WriteState {
   /** flush(), already in turn. */
   private async flushNow(): Promise<WrittenObject | null> {
     if (this.stale) throw new WriteError('ESTALE', `${this.objectName} was changed by another writer since it was opened`);
-    if (!this.dirty || this.unlinked) return null;
+    if (!this.dirty) {
+      await this.keepMtimeOnly();
+      return null;
+    }
+    if (this.unlinked) return null;
     await this.ensureStaged(false);
     const t0 = performance.now();
     await this.stream.settled();
@@ -331,18 +335,37 @@ export class WriteState {
   private async keepExplicitMtime(upload: FileUpload, object: WrittenObject): Promise<WrittenObject> {
     const wanted = formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n);
     if (!this.mtimeExplicit || upload.opts.metadata?.[MTIME_KEY] === wanted) return object;
+    // The bytes are in: a failure leaves only the older mtime, and does not fail the close.
+    return (await this.patchMtime(object).catch(() => null)) ?? object;
+  }
+
+  /**
+   * touch(1) of an existing file: opened for writing, its mtime set, closed with nothing written. No
+   * upload (the bytes are the object's): the mtime goes into its metadata, as for a closed file's utimes.
+   */
+  private async keepMtimeOnly(): Promise<void> {
+    const source = this.source;
+    if (!this.mtimeExplicit || this.unlinked || !this.inBucket || !source) return;
+    const patched = await this.patchMtime(source);
+    if (!patched) return;
+    this.mtimeExplicit = false;
+    this.source = patched;
+    this.deps.uploaded(this, this.expect, patched);
+  }
+
+  /** gcsfuse_mtime := this file's mtime on `object`'s generation; null when it could not be (logged). */
+  private async patchMtime(object: ObjectMeta): Promise<WrittenObject | null> {
     try {
       const patched = await this.deps.client.patchMetadata(object.name, {
         ifGenerationMatch: object.generation,
         ifMetagenerationMatch: object.metageneration,
-        metadata: { [MTIME_KEY]: wanted },
+        metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) },
       });
       return { ...patched, updatedMs: this.mtimeMs };
     } catch (err) {
-      // The bytes are in: a changed or gone object is another writer's now, and a failure leaves only
-      // the older mtime. Neither fails the close.
-      this.deps.log.warn({ path: this.path, err: String(err) }, 'the mtime set while the file was streamed could not be kept');
-      return object;
+      // Changed or gone meanwhile: another writer's object now, not ours to stamp.
+      this.deps.log.warn({ path: this.path, err: String(err) }, 'the mtime set on this file could not be kept in its object');
+      return null;
     }
   }
 
