@@ -17,7 +17,7 @@ import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 
 const MiB = 1024 * 1024;
-const QUIET: Partial<EmulatorKnobs> = { rate429: 0, rate503: 0, uploadResetRate: 0, uploadSessionTtlMs: 0, rewriteBytesPerCall: 0, retryAfterSeconds: null };
+const QUIET: Partial<EmulatorKnobs> = { rate429: 0, rate503: 0, uploadResetRate: 0, uploadDropRate: 0, uploadSessionTtlMs: 0, rewriteBytesPerCall: 0, retryAfterSeconds: null };
 
 let root: string;
 let emu: Emulator;
@@ -91,6 +91,23 @@ describe('resumable uploads', () => {
     expect(metrics.get('gcs_upload_bytes')).toBe(100 * MiB);
     expect(metrics.get('gcs_uploads_finalized')).toBe(1);
     expect(metrics.get('gcs_upload_resumes')).toBe(0);
+  });
+
+  it('a chunk GCS answers 308 without keeping is sent again after a backoff, never in a loop as fast as GCS answers', async () => {
+    const data = randomBytes(2 * MiB + 7);
+    client = makeClient({ maxAttempts: 20, baseDelayMs: 40, multiplier: 2, maxDelayMs: 200 });
+    emu.setKnobs({ uploadDropRate: 1 });
+    const started = performance.now();
+    const done = uploadInChunks('dropped', data, MiB);
+    // While every chunk is dropped: a handful of attempts in half a second, not hundreds.
+    await new Promise((r) => setTimeout(r, 500));
+    const whileDropped = uploads().filter((e) => e.injected === 'upload-drop').length;
+    emu.setKnobs(QUIET);
+    await done;
+    expect((await onDisk('dropped')).equals(data)).toBe(true);
+    expect(whileDropped).toBeGreaterThanOrEqual(2);
+    expect(whileDropped).toBeLessThanOrEqual(12);
+    expect(performance.now() - started).toBeGreaterThan(500);
   });
 
   it('a chunk reset part-way is resumed from the committed offset: no byte sent again beyond the uncommitted tail', async () => {

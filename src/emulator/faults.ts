@@ -57,13 +57,18 @@ export interface EmulatorKnobs {
    * arrived is persisted up to a 256 KiB boundary, as GCS persists, so a status query shows it.
    */
   uploadResetRate: number;
+  /**
+   * Probability (0..1) that an upload chunk is received and dropped: answered 308 with the range the
+   * session held before it (nothing committed), as GCS may when it could not persist a chunk.
+   */
+  uploadDropRate: number;
   /** A resumable session older than this answers 404, as an expired one does (GCS: a week); 0 = never. */
   uploadSessionTtlMs: number;
   /** Bytes one rewrite call copies before answering `done: false` with a rewriteToken; 0 = all at once. */
   rewriteBytesPerCall: number;
 }
 
-export type InjectedFault = '401' | '403' | '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall';
+export type InjectedFault = '401' | '403' | '429' | '503' | 'reset' | 'short' | 'stall' | 'throttle' | 'body-stall' | 'upload-drop';
 
 export const DEFAULT_KNOBS: EmulatorKnobs = {
   latencyMs: 0,
@@ -87,11 +92,12 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   denyDelete: false,
   rejectTokens: [],
   uploadResetRate: 0,
+  uploadDropRate: 0,
   uploadSessionTtlMs: 0,
   rewriteBytesPerCall: 0,
 };
 
-const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate', 'uploadResetRate'] as const;
+const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate', 'uploadResetRate', 'uploadDropRate'] as const;
 const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry', 'uploadSessionTtlMs', 'rewriteBytesPerCall'] as const;
 
 /** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
@@ -228,6 +234,12 @@ export class Faults {
     const k = this.current;
     if (k.uploadResetRate <= 0 || length < 2 || this.rand() >= k.uploadResetRate) return null;
     return Math.floor(length * (0.25 + 0.5 * this.rand()));
+  }
+
+  /** Rolls for an upload chunk dropped whole (see uploadDropRate). */
+  rollUploadDrop(): boolean {
+    const k = this.current;
+    return k.uploadDropRate > 0 && this.rand() < k.uploadDropRate;
   }
 
   /** Rolls for a body fault on a media response of `length` bytes; `cutAt` is how many bytes go out. */

@@ -121,5 +121,5 @@ export class Stats {
 function emptyCounts(): EmulatorStats {
   const requests = { total: 0 } as Record<'total' | RequestKind, number>;
   for (const k of KINDS) requests[k] = 0;
-  return { requests, byStatus: {}, injected: { '401': 0, '403': 0, '429': 0, '503': 0, reset: 0, short: 0, stall: 0, throttle: 0, 'body-stall': 0 }, mediaBytes: 0 };
+  return { requests, byStatus: {}, injected: { '401': 0, '403': 0, '429': 0, '503': 0, reset: 0, short: 0, stall: 0, throttle: 0, 'body-stall': 0, 'upload-drop': 0 }, mediaBytes: 0 };
 }

@@ -160,6 +160,16 @@ export class Uploads {
       return this.reply(ctx, s.done);
     }
     const cr = parseContentRange(ctx.req.headers['content-range']);
+    if (cr.start !== null && ctx.shared.faults.rollUploadDrop()) {
+      // Received, then dropped: the session holds what it held before.
+      ctx.req.resume();
+      await new Promise<void>((resolve) => ctx.req.once('end', resolve).once('error', () => resolve()));
+      ctx.entry.injected = 'upload-drop';
+      ctx.entry.committed = s.received;
+      const headers = s.received > 0 ? { Range: `bytes=0-${s.received - 1}` } : {};
+      await ctx.send(308, Buffer.alloc(0), headers);
+      return;
+    }
     if (cr.start !== null) {
       if (cr.start > s.received) {
         throw new HttpError(400, `Content-Range starts at ${cr.start} but only ${s.received} bytes were persisted.`);

@@ -77,14 +77,20 @@ export class ResumableUploads {
       for (;;) {
         const answer = await this.t.run('upload', what, { idempotent: true, priority: opts.priority }, async (headers): Promise<Answer> => {
           if (unsure) return { ...(await this.query(session, headers, final, what)), queried: true };
+          let sent: UploadProgress;
           try {
-            return { ...(await this.send(session, headers, bytes.subarray(committed - offset), committed, end, final, what)), queried: false };
+            sent = await this.send(session, headers, bytes.subarray(committed - offset), committed, end, final, what);
           } catch (err) {
             // A transport error (reset, timeout) is still raw here: anything but a definite answer
             // leaves us unsure how much GCS kept.
             if (!(err instanceof GcsError) || err.code === 'TRANSIENT') unsure = true;
             throw err;
           }
+          // A 308 that kept nothing of what was sent (GCS could not persist it, or a finalize it did
+          // not take): a failure of this attempt, sent again after the policy's growing backoff (GCS
+          // said where it stands: no query). Re-sent at once, it was a loop as fast as GCS answered.
+          if (!sent.object && sent.committed === committed) throw new GcsError('TRANSIENT', `${what}: GCS kept none of it (308, ${sent.committed} bytes committed)`, 308);
+          return { ...sent, queried: false };
         });
         if (answer.queried) {
           unsure = false;
