@@ -187,7 +187,8 @@ describe('the parameter table', () => {
       'stat-cache-ttl': ['metadata-cache.deprecated-stat-cache-ttl', 60_000],
       'max-conns-per-host': ['gcs-connection.max-conns-per-host', 0],
       'max-idle-conns-per-host': ['gcs-connection.max-idle-conns-per-host', 100],
-      'http-client-timeout': ['gcs-connection.http-client-timeout', 0],
+      // gcsmount's own default (gcsfuse: 0): a silent GCS is cut after a minute, not undici's 300 s.
+      'http-client-timeout': ['gcs-connection.http-client-timeout', 60_000],
       // gcsmount's own default (gcsfuse: 200): here it caps readahead held in memory per open file.
       'sequential-read-size-mb': ['gcs-connection.sequential-read-size-mb', 64],
       'max-retry-sleep': ['gcs-retries.max-retry-sleep', 30_000],

@@ -532,6 +532,35 @@ print(os.stat(p).st_mtime)`,
     await unmount(m.path);
   });
 
+  it('an upload GCS stops answering is cut after --http-client-timeout and sent again: the close waits, it never hangs', async () => {
+    const tb = await startBucket('uploadstall');
+    const m = await mount({ tb, args: ['--http-client-timeout', '2s', '--write-block-size-mb', '1', '--max-retry-sleep', '500ms'] });
+    const writer = heldReader(
+      `import sys
+f=open(sys.argv[1],'wb')
+print('opened', flush=True); sys.stdin.readline()
+f.write(bytes(range(256)) * (12 * 1024 + 1))
+f.close(); print('closed')`,
+      [join(m.path, 'stalled.bin')],
+      90_000,
+    );
+    await writer.opened;
+    tb.emulator.setKnobs({ stall: true });
+    writer.proceed();
+    await new Promise((r) => setTimeout(r, 3_500));
+    const stalled = tb.emulator.requestLog().filter((e) => e.kind === 'upload' && e.injected === 'stall').length;
+    tb.emulator.setKnobs({ stall: false });
+    const t0 = performance.now();
+    const r = await writer.done;
+    expect(r.stdout.trim().split('\n').pop(), r.stderr).toBe('closed');
+    // Cut after its 2 s of silence, not held for undici's 300 s.
+    expect(stalled).toBeGreaterThanOrEqual(1);
+    expect((performance.now() - t0) / 1000).toBeLessThan(30);
+    const want = Buffer.concat(Array.from({ length: 12 * 1024 + 1 }, () => Buffer.from(Array.from({ length: 256 }, (_, i) => i))));
+    expect((await stored(tb, 'stalled.bin'))!.equals(want)).toBe(true);
+    await unmount(m.path);
+  }, 120_000);
+
   it('--create-empty-file: a created file is an empty object in the bucket while it is written, replaced by its bytes at close', async () => {
     const tb = await startBucket('emptyhold');
     await upload(tb, 'taken', 'other');

@@ -124,7 +124,8 @@ export class HttpObjectClient implements WritableObjectClient {
       keepAliveTimeout: 30_000,
       // 0 keeps undici's defaults (300 s without a byte): no connection may hang a reader forever.
       ...(cfg.timeoutMs > 0 ? { headersTimeout: cfg.timeoutMs, bodyTimeout: cfg.timeoutMs } : {}),
-      connect: { timeout: cfg.timeoutMs || 30_000 },
+      // A connection GCS does not take within 30 s (or a shorter --http-client-timeout) is not coming.
+      connect: { timeout: cfg.timeoutMs > 0 ? Math.min(cfg.timeoutMs, 30_000) : 30_000 },
     });
     this.pool = dispatcherFor(this.origin, options(cfg.maxConnections), proxy);
     this.metaPool = cfg.metadata ? dispatcherFor(this.origin, options(cfg.metadata.connections), proxy) : this.pool;
