@@ -62,6 +62,11 @@ const IN_USE_WINDOW_MS = 250;
 const WINDOWS_PER_SAMPLE = SAMPLE_MS / IN_USE_WINDOW_MS;
 /** A worker's first moments are its start (loading its modules): busy, but not with downloads. */
 const STARTING_MS = 1500;
+/** A worker that dies within this of its start died of its start (a broken install, no memory): the next waits. */
+const QUICK_DEATH_MS = 10_000;
+/** The wait before a worker is started again after the first quick death; it doubles with each one after it. */
+const RESPAWN_FIRST_MS = 500;
+const RESPAWN_MAX_MS = 60_000;
 
 /**
  * Download workers. receive() is receiveRange's contract: the body of one attempt lands in `out`, and
@@ -82,6 +87,10 @@ export class RangeWorkers {
   private readonly connections: number;
   /** Workers there may be (--download-workers); they are started as they are put to use. */
   private readonly configured: number;
+  /** Workers in a row that died soon after they started; none is started before `respawnAt` then. */
+  private quickDeaths = 0;
+  private respawnAt = 0;
+  private respawnTimer: NodeJS.Timeout | null = null;
 
   constructor(
     count: number,
@@ -89,6 +98,8 @@ export class RangeWorkers {
     /** The caller's own connection: buffers not in shared memory, and where workers' events are replayed. */
     private readonly local: RangeConnection,
     inUseLimits: WorkersInUseLimits = WORKERS_IN_USE,
+    /** The worker's module (tests give one that dies). */
+    private readonly script: string = WORKER_SCRIPT,
   ) {
     this.inUse = new WorkersInUse(inUseLimits);
     this.connections = setup.poolOptions.connections ?? 0;
@@ -191,6 +202,7 @@ export class RangeWorkers {
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sampler);
+    if (this.respawnTimer) clearTimeout(this.respawnTimer);
     const slots = this.slots.splice(0);
     await Promise.all(slots.map((s) => this.terminate(s)));
     for (const [id, p] of this.pending) {
@@ -233,7 +245,7 @@ export class RangeWorkers {
       if (i >= inUse && best && !full(best)) break;
       if (!best || s.inFlight < best.inFlight) best = s;
     }
-    if (best && full(best) && this.slots.length < this.configured) {
+    if (best && full(best) && this.slots.length < this.configured && this.mayStart()) {
       best = this.spawn();
       this.slots.push(best);
     }
@@ -243,12 +255,18 @@ export class RangeWorkers {
   /** Starts the workers put to use that are not running yet; returns how many are in use. */
   private startInUse(): number {
     const inUse = this.inUse.of(this.configured);
-    while (this.slots.length < inUse && !this.closing) this.slots.push(this.spawn());
+    while (this.slots.length < inUse && this.mayStart()) this.slots.push(this.spawn());
     return inUse;
   }
 
+  /** Not while closing, nor before the wait after workers that died as they started (see lost). */
+  private mayStart(): boolean {
+    return !this.closing && performance.now() >= this.respawnAt;
+  }
+
   private spawn(): Slot {
-    const worker = new Worker(WORKER_SCRIPT, { workerData: this.setup });
+    this.local.metrics.inc('gcs_download_workers_started');
+    const worker = new Worker(this.script, { workerData: this.setup });
     worker.unref();
     const elu = worker.performance.eventLoopUtilization();
     const slot: Slot = { worker, inFlight: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now() };
@@ -277,8 +295,24 @@ export class RangeWorkers {
       this.pending.delete(id);
       p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
     }
-    this.local.log.warn({ why }, 'download worker lost: its downloads and upload requests are retried, and a new worker started');
-    if (!this.closing) this.slots.push(this.spawn());
+    // One that died as it started would die again: each next one waits longer (0.5 s, doubling, at most
+    // a minute), meanwhile the calling thread does the work. Started again at once, a worker that could
+    // not start was a loop of thread starts and log lines.
+    this.quickDeaths = Date.now() - slot.startedAt < QUICK_DEATH_MS ? this.quickDeaths + 1 : 0;
+    const wait = this.quickDeaths === 0 ? 0 : Math.min(RESPAWN_MAX_MS, RESPAWN_FIRST_MS * 2 ** (this.quickDeaths - 1));
+    this.respawnAt = performance.now() + wait;
+    this.local.log.warn({ why, restartInMs: wait }, 'download worker lost: its downloads and upload requests are retried, and a new worker started');
+    if (this.closing) return;
+    if (wait === 0) this.slots.push(this.spawn());
+    else if (!this.respawnTimer) {
+      this.respawnTimer = setTimeout(() => {
+        this.respawnTimer = null;
+        // A timer may fire a little before performance.now() says the wait is over.
+        this.respawnAt = 0;
+        if (this.slots.length === 0 && !this.closing) this.slots.push(this.spawn());
+      }, wait);
+      this.respawnTimer.unref();
+    }
   }
 
   /**
