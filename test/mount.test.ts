@@ -267,13 +267,18 @@ describe('mount lifecycle and bad input', () => {
   });
 
   it('does not turn a download slower than fuse-native\'s 15 s op timeout into EIO', async () => {
-    const m = await mount({ tb });
+    // The stall timeout off: it would cut the silent first byte at 5 s, then 10 s (tested in
+    // stall-resume.test.ts), and this is about one operation that takes long.
+    const m = await mount({ tb, args: ['--enable-read-stall-retry=false'] });
     // Look the file up first (the kernel keeps the entry for the TTL), so only the read itself is slow.
     expect((await run('stat', [join(m.path, 'top.txt')])).code).toBe(0);
     tb.emulator.setKnobs({ latencyMs: 16_000 });
     try {
+      tb.emulator.resetStats();
       const r = await run('cat', [join(m.path, 'top.txt')], { timeoutMs: 80_000 });
       expect(r.stderr).toBe('');
+      // One request that took its 16 s.
+      expect(tb.emulator.requestLog().filter((e) => e.kind === 'media')).toHaveLength(1);
       expect(r.stdout).toBe('top');
     } finally {
       tb.emulator.setKnobs({ latencyMs: 0 });
