@@ -294,6 +294,28 @@ print(f.read(), os.path.exists(os.path.join(root,'dirB','uno')))`,
     expect(await stored(tb, 'dirB/uno')).toBeNull();
   });
 
+  it('a folder renamed away and back shows the file now at each name, never one that was there before', async () => {
+    const out = await py(
+      `import os,sys
+root=sys.argv[1]
+P=lambda *a: os.path.join(root,*a)
+os.mkdir(P('y1'))
+w1=open(P('y1','a'),'w'); w1.write('one')
+w2=open(P('y1','a'),'r+')
+w1.close()
+os.rename(P('y1'),P('y3'))
+w2.close()
+open(P('za'),'w').write('ZA')
+os.rename(P('za'),P('y3','a'))
+os.rename(P('y3'),P('y1'))
+print(open(P('y1','a')).read())`,
+      m.path,
+    );
+    // Before: 'one', the bytes of the generation reported for y1/a before the folder went away.
+    expect(out).toBe('ZA');
+    expect((await stored(tb, 'y1/a'))?.toString()).toBe('ZA');
+  });
+
   it('a file written, closed and renamed at once (an atomic save: tmp file, then os.replace) is moved with its bytes', async () => {
     const out = await py(
       `import os,sys

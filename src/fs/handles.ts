@@ -135,10 +135,15 @@ export class HandleTable {
    * drops what they hold of the old bytes (ReadOps.regenerated).
    */
   moved(from: string, to: string, source: string, meta: ObjectMeta): number[] {
+    // What the kernel was told of `from` went with its inode to `to` (a rename), and `to`'s old inode
+    // left its name: the generations reported under either path no longer say what an open there
+    // must read. Kept, a folder renamed away and back (each file's move calls this) made a later file
+    // at the old path open the generation the first file had there: 404, EIO.
+    this.reported.delete(from);
+    this.reported.delete(to);
     const pin = this.pins.get(from);
     if (!pin || pin.meta.generation !== source) return [];
     this.pins.delete(from);
-    this.reported.delete(from);
     this.pins.set(to, { meta, opens: pin.opens });
     const fds: number[] = [];
     for (const [fd, f] of this.open) {
