@@ -17,14 +17,14 @@ import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 
 const MiB = 1024 * 1024;
-const QUIET: Partial<EmulatorKnobs> = { rate429: 0, rate503: 0, uploadResetRate: 0, uploadDropRate: 0, uploadSessionTtlMs: 0, rewriteBytesPerCall: 0, retryAfterSeconds: null };
+const QUIET: Partial<EmulatorKnobs> = { rate429: 0, rate503: 0, uploadResetRate: 0, uploadDropRate: 0, uploadBytesPerSec: 0, uploadSessionTtlMs: 0, rewriteBytesPerCall: 0, retryAfterSeconds: null };
 
 let root: string;
 let emu: Emulator;
 let metrics: Metrics;
 let client: HttpObjectClient;
 
-function makeClient(retry: RetryPolicy = { maxAttempts: 20, baseDelayMs: 1, multiplier: 2, maxDelayMs: 20 }, downloadWorkers = 0): HttpObjectClient {
+function makeClient(retry: RetryPolicy = { maxAttempts: 20, baseDelayMs: 1, multiplier: 2, maxDelayMs: 20 }, downloadWorkers = 0, timeoutMs = 30_000): HttpObjectClient {
   metrics = new Metrics();
   return new HttpObjectClient({
     downloadWorkers,
@@ -32,7 +32,7 @@ function makeClient(retry: RetryPolicy = { maxAttempts: 20, baseDelayMs: 1, mult
     bucket: 'bkt',
     auth: null,
     maxConnections: 4,
-    timeoutMs: 30_000,
+    timeoutMs,
     retry,
     concurrency: new AdaptiveConcurrency({ max: 4, min: 1, cooldownMs: 1000 }),
     log: silentLogger,
@@ -109,6 +109,26 @@ describe('resumable uploads', () => {
     expect(whileDropped).toBeLessThanOrEqual(12);
     expect(performance.now() - started).toBeGreaterThan(500);
   });
+
+  for (const workers of [0, 1]) {
+    it(`a chunk that takes longer to send than --http-client-timeout is not cut while its bytes go out (${workers} download workers)`, async () => {
+      await client.close();
+      client = makeClient(undefined, workers, 1_000);
+      // A 3 MiB chunk taken at 2 MiB/s: 1.5 s of sending against a 1 s silence limit, GCS never silent.
+      const data = Buffer.from(new SharedArrayBuffer(3 * MiB + 5));
+      randomBytes(data.length).copy(data);
+      emu.setKnobs({ uploadBytesPerSec: 2 * MiB });
+      try {
+        await uploadInChunks(`slow-link-${workers}`, data, 4 * MiB);
+      } finally {
+        emu.setKnobs(QUIET);
+      }
+      expect((await onDisk(`slow-link-${workers}`)).equals(data)).toBe(true);
+      // One request, never cut and resumed.
+      expect(uploads().filter((e) => e.method === 'PUT')).toHaveLength(1);
+      expect(metrics.get('gcs_retries')).toBe(0);
+    });
+  }
 
   it('a chunk reset part-way is resumed from the committed offset: no byte sent again beyond the uncommitted tail', async () => {
     const data = randomBytes(12 * MiB + 12345);

@@ -62,6 +62,8 @@ export interface EmulatorKnobs {
    * session held before it (nothing committed), as GCS may when it could not persist a chunk.
    */
   uploadDropRate: number;
+  /** Upload chunk bodies are taken no faster than this (a slow uplink); 0 = as fast as they come. */
+  uploadBytesPerSec: number;
   /** A resumable session older than this answers 404, as an expired one does (GCS: a week); 0 = never. */
   uploadSessionTtlMs: number;
   /** Bytes one rewrite call copies before answering `done: false` with a rewriteToken; 0 = all at once. */
@@ -93,12 +95,13 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   rejectTokens: [],
   uploadResetRate: 0,
   uploadDropRate: 0,
+  uploadBytesPerSec: 0,
   uploadSessionTtlMs: 0,
   rewriteBytesPerCall: 0,
 };
 
 const RATES = ['rate429', 'rate503', 'resetRate', 'shortBodyRate', 'bodyStallRate', 'uploadResetRate', 'uploadDropRate'] as const;
-const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry', 'uploadSessionTtlMs', 'rewriteBytesPerCall'] as const;
+const NON_NEGATIVE = ['latencyMs', 'bandwidthBytesPerSec', 'uploadBytesPerSec', 'rateLimit', 'rateLimitBurst', 'bodyStallMs', 'listMsPerEntry', 'uploadSessionTtlMs', 'rewriteBytesPerCall'] as const;
 
 /** Checks a partial knob set; throws an Error with a one-line message naming the bad knob. */
 export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {

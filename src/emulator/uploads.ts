@@ -218,7 +218,9 @@ export class Uploads {
     const out = createWriteStream(s.tmp, { flags: 'a' });
     try {
       const skip = skipBytes(s.received - cr.start!);
-      if (cutAt === null) await pipeline(ctx.req, skip, out);
+      const rate = ctx.knobs.uploadBytesPerSec;
+      if (rate > 0) await pipeline(ctx.req, slowTo(rate), ...(cutAt === null ? [] : [cutAfter(cutAt)]), skip, out);
+      else if (cutAt === null) await pipeline(ctx.req, skip, out);
       else await pipeline(ctx.req, cutAfter(cutAt), skip, out);
       return true;
     } catch (e) {
@@ -363,6 +365,16 @@ function parseContentRange(h: string | undefined): ContentRange {
 }
 
 /** Passes `n` bytes of a request body, then fails the pipeline as a reset connection would. */
+/** Takes a request body no faster than `bytesPerSec` (a slow uplink: the client's writes back up). */
+function slowTo(bytesPerSec: number): Transform {
+  return new Transform({
+    highWaterMark: 16 * 1024,
+    transform(chunk: Buffer, _enc, done) {
+      setTimeout(() => done(null, chunk), (chunk.length / bytesPerSec) * 1000);
+    },
+  });
+}
+
 function cutAfter(n: number): Transform {
   let left = n;
   return new Transform({

@@ -30,6 +30,7 @@ import { RangeWorkers, type ReceivedRange } from './range-workers.js';
 import type { WorkersInUseLimits } from './workers-in-use.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
+import { pieces, sendTimeoutMs } from './upload-body.js';
 
 export { transportError } from './responses.js';
 export { proxySettings, type ProxySettings } from './dispatcher.js';
@@ -153,7 +154,9 @@ export class HttpObjectClient implements WritableObjectClient {
           const sent = this.workers.send({ method: 'PUT', path: req.path, headers: req.headers, body: req.body }, `PUT ${req.path}`);
           if (sent) return sent;
         }
-        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req });
+        if (!Buffer.isBuffer(req.body)) return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req });
+        const headersTimeout = sendTimeoutMs(this.cfg.timeoutMs, req.body.length);
+        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, body: pieces(req.body), ...(headersTimeout ? { headersTimeout } : {}) });
       },
     };
     this.uploads = new ResumableUploads(transport);
