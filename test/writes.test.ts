@@ -352,10 +352,13 @@ open(q,'wb').write(b'abc')
 f=open(q,'rb')
 open(r,'wb').write(b'0123456789')
 os.rename(r, q)
+os.utime(f.fileno(), (1500000000, 1500000000))
 print(os.fstat(f.fileno()).st_size, f.read(), os.stat(q).st_size)`,
       m.path,
     );
     expect(out.split('\n')).toEqual(['5', '8 1700000000', "3 b'abc' 10"]);
+    // futimens of the reader's file left the newcomer's object alone.
+    expect((await resource(tb, 'kept.txt'))!.metadata?.gcsfuse_mtime).not.toBe('2017-07-14T02:40:00Z');
     expect(await stored(tb, 'gone.txt')).toBeNull();
   });
 
@@ -380,6 +383,23 @@ print(os.stat(p).st_mtime)`,
     expect((await stored(tb, 'exists'))?.toString()).toBe('x');
     expect(delta(requests(tb), before)).toMatchObject({ patch: 1 });
     expect(delta(requests(tb), before).upload ?? 0).toBe(0);
+  });
+
+  it('an mtime set before an fsync is uploaded with it: the close after sends nothing more', async () => {
+    const before = requests(tb);
+    await py(
+      `import os,sys
+fd=os.open(sys.argv[1], os.O_CREAT|os.O_WRONLY|os.O_TRUNC, 0o644)
+os.write(fd, b'synced')
+os.utime(fd, (1400000000, 1400000000))
+os.fsync(fd)
+os.close(fd)`,
+      join(m.path, 'synced.txt'),
+    );
+    expect((await resource(tb, 'synced.txt'))!.metadata?.gcsfuse_mtime).toBe('2014-05-13T16:53:20Z');
+    const d = delta(requests(tb), before);
+    expect(d.upload).toBe(1);
+    expect(d.patch ?? 0).toBe(0);
   });
 
   it('gcsmount stats shows the writes', async () => {
@@ -606,6 +626,26 @@ f.close(); print('closed')`,
     // O_EXCL of a name that exists is still EEXIST, and the object there is left alone.
     expect(await py(`import os,sys,errno\ntry: os.open(sys.argv[1], os.O_CREAT|os.O_EXCL|os.O_WRONLY); print('ok')\nexcept OSError as x: print(errno.errorcode[x.errno])`, join(m.path, 'taken'))).toBe('EEXIST');
     expect((await stored(tb, 'taken'))?.toString()).toBe('other');
+    await unmount(m.path);
+  });
+
+  it('--create-empty-file: O_CREAT of a name another writer took meanwhile opens that object (only O_EXCL is EEXIST)', async () => {
+    const tb = await startBucket('emptyrace');
+    const m = await mount({ tb, args: ['--create-empty-file', '--metadata-cache-negative-ttl-secs', '60'] });
+    // This mount learns the name is free, then another writer takes it.
+    expect((await run('stat', [join(m.path, 'raced.txt')])).code).not.toBe(0);
+    await upload(tb, 'raced.txt', 'theirs');
+    const out = await py(
+      `import os,sys,errno
+p=sys.argv[1]
+try: os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY); print('excl ok')
+except OSError as x: print('excl', errno.errorcode[x.errno])
+with open(p,'w') as f: f.write('mine')
+print('written')`,
+      join(m.path, 'raced.txt'),
+    );
+    expect(out.split('\n')).toEqual(['excl EEXIST', 'written']);
+    expect((await stored(tb, 'raced.txt'))?.toString()).toBe('mine');
     await unmount(m.path);
   });
 

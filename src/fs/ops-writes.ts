@@ -83,9 +83,9 @@ export class WriteOps {
       async (entry) => {
         if (entry && flags & constants.O_EXCL) return a.error(E.EEXIST);
         if (entry?.kind === 'dir') return a.error(Errno.EISDIR);
-        const source = entry?.kind === 'file' ? entry.meta : await this.writes.holdNewName(path);
-        const state = this.writes.open(path, source);
-        if (entry && flags & constants.O_TRUNC) await this.truncateOpened(state);
+        const held = entry ? null : await this.writes.holdNewName(path, (flags & constants.O_EXCL) !== 0);
+        const state = this.writes.open(path, entry?.kind === 'file' ? entry.meta : (held?.meta ?? null));
+        if ((entry || held?.theirs) && flags & constants.O_TRUNC) await this.truncateOpened(state);
         this.ctx.handles.droppedFromKernel(path);
         const ino = inodes.lookedUp(path);
         const fh = this.add(state, true, ino);
@@ -206,6 +206,13 @@ export class WriteOps {
     // futimens(2) comes without a handle: on an inode whose name went, the file is its open handles'.
     const handle = fhPlusOne > 0 ? this.files.get(fhPlusOne - 1) : inodes.detached(ino) ? this.handleOfInode(ino) : undefined;
     const work = async (): Promise<Entry | null> => {
+      // futimens(2) of a file open only for reading whose name went: nothing of ours to stamp (its
+      // object is gone or another file's now), and the name must not be touched: the file's own
+      // attributes are the answer. A truncate always comes with a write handle (ftruncate) or a name.
+      if (!handle && inodes.detached(ino)) {
+        const meta = this.ctx.readMetaOfInode(ino);
+        return meta ? { kind: 'file', meta } : null;
+      }
       if (toSet & SET_ATTR.SIZE) {
         const open = handle?.state ?? this.writes.stateOf(path);
         if (handle) await handle.state.truncate(size);

@@ -304,15 +304,21 @@ export class RangeWorkers {
     this.local.log.warn({ why, restartInMs: wait }, 'download worker lost: its downloads and upload requests are retried, and a new worker started');
     if (this.closing) return;
     if (wait === 0) this.slots.push(this.spawn());
-    else if (!this.respawnTimer) {
-      this.respawnTimer = setTimeout(() => {
-        this.respawnTimer = null;
-        // A timer may fire a little before performance.now() says the wait is over.
-        this.respawnAt = 0;
-        if (this.slots.length === 0 && !this.closing) this.slots.push(this.spawn());
-      }, wait);
-      this.respawnTimer.unref();
-    }
+    else this.armRespawn();
+  }
+
+  /** One timer until `respawnAt` (moved on by deaths meanwhile), then a worker if none is left. */
+  private armRespawn(): void {
+    if (this.respawnTimer) return;
+    this.respawnTimer = setTimeout(() => {
+      this.respawnTimer = null;
+      // Deaths while it waited moved the time on: wait for that. (A timer may fire a little before
+      // performance.now() says its wait is over: within 5 ms it is over.)
+      if (this.respawnAt - performance.now() > 5) return this.armRespawn();
+      this.respawnAt = 0;
+      if (this.slots.length === 0 && !this.closing) this.slots.push(this.spawn());
+    }, Math.max(1, this.respawnAt - performance.now()));
+    this.respawnTimer.unref();
   }
 
   /**

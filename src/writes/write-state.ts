@@ -254,6 +254,8 @@ export class WriteState {
       // them fails whatever reads it next (never the upload that already has them).
       const object = await this.keepExplicitMtime(upload, await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined)));
       this.dirty = false;
+      // The object carries this mtime now: a later clean close or fsync has nothing to patch.
+      this.mtimeExplicit = false;
       const replaced = this.expect;
       this.expect = object.generation;
       this.source = object;

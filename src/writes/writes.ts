@@ -5,6 +5,7 @@ import type { ObjectMeta, WrittenObject } from '../gcs/object-client.js';
 import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
 import { NameChanges, type NameChangesDeps } from './name-changes.js';
 import type { OpenReaders } from './open-readers.js';
+import { RefusedError } from './write-error.js';
 import { WriteState, type WriteStateDeps } from './write-state.js';
 
 export interface WritesDeps extends Omit<WriteStateDeps, 'uploaded' | 'outdated'>, NameChangesDeps {
@@ -159,10 +160,20 @@ export class Writes {
    * write.create-empty-file) its empty object is made now, as a hold other machines see, and the file's
    * bytes replace that generation at close (staged, as an edit: not streamed). Null without the option.
    */
-  async holdNewName(path: string): Promise<ObjectMeta | null> {
+  async holdNewName(path: string, exclusive: boolean): Promise<{ meta: ObjectMeta; theirs: boolean } | null> {
     if (!this.deps.createEmptyFile) return null;
-    const entry = await this.makeFile(path);
-    return entry.kind === 'file' ? entry.meta : null;
+    try {
+      const entry = await this.makeFile(path);
+      return entry.kind === 'file' ? { meta: entry.meta, theirs: false } : null;
+    } catch (err) {
+      // Another writer took the name meanwhile (this mount's caches had not seen it): O_CREAT without
+      // O_EXCL opens what is there (theirs: O_TRUNC applies), as it would have had the name been
+      // known; only O_EXCL is EEXIST.
+      if (exclusive || !(err instanceof RefusedError) || err.errno !== 'EEXIST') throw err;
+      const live = await this.deps.client.statObject(this.deps.names.objectName(path));
+      if (!live) throw err;
+      return { meta: live, theirs: true };
+    }
   }
 
   makeFile(path: string, metadata?: Record<string, string>): Promise<Entry> {
