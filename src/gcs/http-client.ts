@@ -30,7 +30,7 @@ import { RangeWorkers, type ReceivedRange } from './range-workers.js';
 import type { WorkersInUseLimits } from './workers-in-use.js';
 import type { RateGrant, RequestRate } from './request-rate.js';
 import { retryDelay, type RetryPolicy } from './retry.js';
-import { pieces, sendTimeoutMs } from './upload-body.js';
+import { sendTimeoutMs } from './upload-body.js';
 
 export { transportError } from './responses.js';
 export { proxySettings, type ProxySettings } from './dispatcher.js';
@@ -156,7 +156,7 @@ export class HttpObjectClient implements WritableObjectClient {
         }
         if (!Buffer.isBuffer(req.body)) return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req });
         const headersTimeout = sendTimeoutMs(this.cfg.timeoutMs, req.body.length);
-        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, body: pieces(req.body), ...(headersTimeout ? { headersTimeout } : {}) });
+        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, ...(headersTimeout ? { headersTimeout } : {}) });
       },
     };
     this.uploads = new ResumableUploads(transport);

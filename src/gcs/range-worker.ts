@@ -6,7 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { crc32c } from '../crc32c.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
-import { pieces, sendTimeoutMs } from './upload-body.js';
+import { sendTimeoutMs } from './upload-body.js';
 import { RawPool } from './raw-pool.js';
 import { RawFramingError, receiveRangeRaw } from './raw-range.js';
 import { serializeError, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
@@ -57,8 +57,8 @@ async function run(job: RangeJob): Promise<RangeReply> {
 async function send(job: SendJob): Promise<SendReply> {
   try {
     const body = Buffer.from(job.memory, job.offset, job.length);
-    const headersTimeout = sendTimeoutMs(setup.poolOptions.headersTimeout ?? 0, body.length);
-    const res = await pool.request({ origin: setup.origin, method: job.method, path: job.path, headers: job.headers, body: pieces(body), ...(headersTimeout ? { headersTimeout } : {}) });
+    const silenceMs = sendTimeoutMs(setup.poolOptions.headersTimeout ?? 0, body.length);
+    const res = await pool.request({ origin: setup.origin, method: job.method, path: job.path, headers: job.headers, body, ...(silenceMs ? { headersTimeout: silenceMs } : {}) });
     const text = await res.body.text();
     const headers: Record<string, string | string[]> = {};
     for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = v;
