@@ -15,6 +15,8 @@ export class MountPointError extends Error {
 
 /** One line of the mount table. */
 interface MountEntry {
+  /** The mount's ID in the table (mountinfo's first field). */
+  id: string;
   path: string;
   /** "major:minor" of the mounted file system: a FUSE connection's own (its number under /sys/fs/fuse/connections). */
   device: string;
@@ -26,12 +28,13 @@ function parseMountInfo(text: string): MountEntry[] {
   const entries: MountEntry[] = [];
   for (const line of text.split('\n')) {
     const fields = line.split(' ');
+    const id = fields[0];
     const path = fields[4];
     const device = fields[2];
     // After the optional fields, a lone "-", then the type.
     const separator = fields.indexOf('-', 6);
     const type = separator > 0 ? fields[separator + 1] : undefined;
-    if (path && device && type) entries.push({ path: path.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))), device, type });
+    if (id && path && device && type) entries.push({ id, path: path.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))), device, type });
   }
   return entries;
 }
@@ -40,11 +43,14 @@ async function mountTable(): Promise<MountEntry[]> {
   return parseMountInfo(await fsp.readFile('/proc/self/mountinfo', 'utf8'));
 }
 
-/** The device of what is mounted on top at `path` (what a lookup of it reaches), or null. */
-function topDevice(table: MountEntry[], path: string): string | null {
-  let device: string | null = null;
-  for (const e of table) if (e.path === path) device = e.device;
-  return device;
+/**
+ * What is mounted on top at `path` (what a lookup of it reaches), as "mount ID/device", or null. Both
+ * numbers are reused once free; a successor would need both of a mount's to be taken for it.
+ */
+function topIdentity(table: MountEntry[], path: string): string | null {
+  let identity: string | null = null;
+  for (const e of table) if (e.path === path) identity = `${e.id}/${e.device}`;
+  return identity;
 }
 
 /** Mount points currently in the mount table. */
@@ -188,11 +194,11 @@ export class FuseMount {
   private constructor(
     readonly path: string,
     /**
-     * This mount's device, read from the mount table as it appeared (null if it could not be): after a
-     * lazy unmount another daemon may mount on the same path, and a path alone took that one for ours
-     * (our stop then unmounted it).
+     * This mount's identity (mount ID and device), read from the mount table as it appeared (null if
+     * it could not be): after a lazy unmount another daemon may mount on the same path, and a path
+     * alone took that one for ours (our stop then unmounted it).
      */
-    private readonly device: string | null,
+    private readonly identity: string | null,
     /** Resolves when the kernel connection has ended (unmounted from anywhere, or aborted). */
     readonly ended: Promise<void>,
     /** The addon's session: for notifications to the kernel (invalidations). */
@@ -237,24 +243,24 @@ export class FuseMount {
     }
     // Read at once, synchronously: no other mount can be made on this path meanwhile (its daemon's start
     // finds this one mounted).
-    let device: string | null = null;
+    let identity: string | null = null;
     try {
-      device = topDevice(parseMountInfo(readFileSync('/proc/self/mountinfo', 'utf8')), path);
+      identity = topIdentity(parseMountInfo(readFileSync('/proc/self/mountinfo', 'utf8')), path);
     } catch {
       // no mount table to read: known by path alone
     }
-    return new FuseMount(path, device, ended, session, gate);
+    return new FuseMount(path, identity, ended, session, gate);
   }
 
   /** Whether this mount is in the mount table (not detached by a lazy unmount). */
   private attached(table: MountEntry[]): boolean {
-    return table.some((e) => e.path === this.path && (this.device === null || e.device === this.device));
+    return table.some((e) => e.path === this.path && (this.identity === null || `${e.id}/${e.device}` === this.identity));
   }
 
   /** Whether a lookup of the path reaches this mount, so that unmounting the path unmounts it and nothing else. */
   private onTop(table: MountEntry[]): boolean {
-    const top = topDevice(table, this.path);
-    return top !== null && (this.device === null || top === this.device);
+    const top = topIdentity(table, this.path);
+    return top !== null && (this.identity === null || top === this.identity);
   }
 
   /**
