@@ -1,5 +1,6 @@
+import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, daemonEnv, GCSMOUNT, mount, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, mount, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 
 /**
  * The bucket check at start: a throttled bucket slows a start, never fails it (within
@@ -50,6 +51,30 @@ describe('the start-up bucket check', () => {
       expect(secs).toBeGreaterThan(1);
       expect(secs).toBeLessThan(15);
     } finally {
+      tb.emulator.setKnobs({ rate429: 0 });
+    }
+  });
+
+  it('stops at once on SIGTERM while the bucket check retries (systemctl stop of a starting unit), exit 0', async () => {
+    tb.emulator.resetStats();
+    tb.emulator.setKnobs({ rate429: 1 });
+    const mnt = await tempDir('mnt');
+    const daemon = spawn(GCSMOUNT, [tb.bucket, mnt, '--custom-endpoint', tb.emulator.url, '--startup-check-timeout', '60s', '--foreground'], { env: daemonEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    daemon.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((r) => daemon.once('exit', (code) => r(code)));
+    try {
+      await eventually(async () => tb.emulator.stats().injected['429'] >= 2);
+      const t0 = performance.now();
+      daemon.kill('SIGTERM');
+      // Before: the signal waited for the check, which 429s kept going for its 60 s.
+      const code = await Promise.race([exited, new Promise<'waiting'>((r) => setTimeout(() => r('waiting'), 15_000))]);
+      expect(code).toBe(0);
+      expect((performance.now() - t0) / 1000).toBeLessThan(5);
+      expect(stderr).toMatch(/stopped by a signal while starting, before mounting/);
+      expect(await isMounted(mnt)).toBe(false);
+    } finally {
+      daemon.kill('SIGKILL');
       tb.emulator.setKnobs({ rate429: 0 });
     }
   });

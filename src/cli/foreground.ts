@@ -5,6 +5,7 @@ import { MountPointError } from '../fs/mount.js';
 import { PrivateDirError } from '../private-dir.js';
 import { createLogger, severityFrom } from '../observe/logger.js';
 import { reportToParent } from './daemon.js';
+import { StartInterruptedError } from './gcs-wiring.js';
 import { EXIT, UserError } from './exit.js';
 import type { MountOptions } from './options.js';
 import { startDaemon } from './wiring.js';
@@ -16,6 +17,8 @@ function asUserError(err: unknown, bucket: string): UserError | null {
   // The cache dir's, or the control socket's runtime dir: private state in a folder that is not private.
   if (err instanceof PrivateDirError) return new UserError(err.message, EXIT.cacheDir);
   if (err instanceof CredentialsError) return new UserError(err.message, EXIT.credentials);
+  // Stopped (systemctl stop, Ctrl-C) while the bucket check retried: a stop asked for, not a failure.
+  if (err instanceof StartInterruptedError) return new UserError(err.message, EXIT.ok);
   if (err instanceof GcsError) {
     if (err.code === 'NOT_FOUND') return new UserError(`bucket ${bucket} does not exist`, EXIT.bucket);
     if (err.code === 'FORBIDDEN') return new UserError(`no access to bucket ${bucket}: ${err.message}`, EXIT.credentials);
@@ -46,13 +49,18 @@ export async function runForeground(opts: MountOptions): Promise<number> {
   });
 
   // Signals are taken from the first moment: one that arrives while mounting is acted on once the
-  // mount is up, so it still ends in a clean unmount rather than the default kill.
+  // mount is up, so it still ends in a clean unmount rather than the default kill; while the bucket
+  // check retries (a throttled bucket, up to --startup-check-timeout) it stops the start there.
   let pendingSignal: string | null = null;
   let onSignal: ((why: string) => void) | null = null;
+  const starting = new AbortController();
   const signalled = (sig: string): void => {
     if (onSignal) onSignal(sig);
     else if (pendingSignal) process.exit(EXIT.internal);
-    else pendingSignal = sig;
+    else {
+      pendingSignal = sig;
+      starting.abort();
+    }
   };
   process.on('SIGINT', () => signalled('SIGINT'));
   process.on('SIGTERM', () => signalled('SIGTERM'));
@@ -60,7 +68,7 @@ export async function runForeground(opts: MountOptions): Promise<number> {
   let mount: FuseMount;
   let stop: () => Promise<void>;
   try {
-    ({ mount, stop } = await startDaemon(opts, log, lostLines));
+    ({ mount, stop } = await startDaemon(opts, log, lostLines, starting.signal));
   } catch (err) {
     const userError = asUserError(err, opts.bucket);
     const message = userError?.message ?? `start-up failed: ${err instanceof Error ? err.message : String(err)}`;

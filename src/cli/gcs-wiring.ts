@@ -96,7 +96,7 @@ export function gcsClientConfig(opts: MountOptions, access: GcsAccess, log: Logg
  * briefly failing bucket is retried until --startup-check-timeout (`checkMs`), so it slows a start but
  * does not fail it (under systemd, a failed start is a restart loop that adds to the load).
  */
-export async function checkBucket(clientConfig: HttpClientConfig, checkMs: number): Promise<void> {
+export async function checkBucket(clientConfig: HttpClientConfig, checkMs: number, abort?: AbortSignal): Promise<void> {
   const probe = new HttpObjectClient({
     ...clientConfig,
     retry: { ...clientConfig.retry, maxAttempts: checkMs > 0 ? Number.POSITIVE_INFINITY : 1, maxDelayMs: Math.min(clientConfig.retry.maxDelayMs, STARTUP_CHECK_MAX_SLEEP_MS) },
@@ -106,11 +106,27 @@ export async function checkBucket(clientConfig: HttpClientConfig, checkMs: numbe
     metadata: null,
     rate: null,
   });
+  // Stopped while it retries (a throttled bucket, SIGTERM from systemd): closing the client ends its
+  // attempt and its backoff at once.
+  const onAbort = (): void => void probe.close();
+  abort?.addEventListener('abort', onAbort);
   try {
+    if (abort?.aborted) throw new StartInterruptedError();
     // objects.list, not a bucket GET: a read-only key (objectViewer) lacks storage.buckets.get (gcsfuse #982).
-    await probe.probeBucket();
+    await probe.probeBucket().catch((err: unknown) => {
+      throw abort?.aborted ? new StartInterruptedError() : err;
+    });
   } finally {
+    abort?.removeEventListener('abort', onAbort);
     await probe.close();
+  }
+}
+
+/** A signal came while the daemon was starting: it stops before mounting. */
+export class StartInterruptedError extends Error {
+  override readonly name = 'StartInterruptedError';
+  constructor() {
+    super('stopped by a signal while starting, before mounting');
   }
 }
 

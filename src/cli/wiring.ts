@@ -70,10 +70,10 @@ interface Stack {
  * order (the mount unmounted, listeners closed, the index closed): a failed start never leaves a dead
  * mount ("Transport endpoint is not connected") for systemd's Restart= to trip over.
  */
-export async function startDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number = () => 0): Promise<RunningDaemon> {
+export async function startDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number = () => 0, abort?: AbortSignal): Promise<RunningDaemon> {
   const undo: (() => unknown)[] = [];
   try {
-    return await assembleDaemon(opts, log, lostLogLines, undo);
+    return await assembleDaemon(opts, log, lostLogLines, undo, abort);
   } catch (err) {
     for (const close of undo.reverse()) {
       try {
@@ -109,7 +109,7 @@ async function prepareKernelSide(opts: MountOptions, log: Logger, undo: (() => u
 }
 
 /** startDaemon's body: each resource it opens goes on `undo`, for startDaemon to close if a later step fails. */
-async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[]): Promise<RunningDaemon> {
+async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[], abort?: AbortSignal): Promise<RunningDaemon> {
   const v = opts.values;
   const { mountPoint, fuse, starting } = await prepareKernelSide(opts, log, undo);
   const access = await gcsAccess(opts);
@@ -123,7 +123,7 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     log.info({ port: prometheus.port }, 'serving Prometheus metrics on /metrics');
   }
   const clientConfig = gcsClientConfig(opts, access, log, metrics);
-  await checkBucket(clientConfig, v['startup-check-timeout']);
+  await checkBucket(clientConfig, v['startup-check-timeout'], abort);
 
   const disk = openDiskCache(opts, log, metrics);
   if (disk) undo.push(() => disk.close());
