@@ -50,7 +50,7 @@ export async function startControlServer(socketPath: string, handlers: ControlHa
   // daemon left): Node removes a Unix socket's bound path when its server closes, and the mount's path
   // may belong to a successor by then (a daemon stopping after a lazy unmount removed the socket of the
   // one mounted on its path since).
-  const bound = `${socketPath}.${process.pid}`;
+  const bound = `${socketPath.replace(/\.sock$/, '')}.${process.pid}`;
   await fsp.rm(bound, { force: true });
   const server: Server = createServer((req, res) => {
     const json = (status: number, body: unknown) => {
