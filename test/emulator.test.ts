@@ -759,7 +759,7 @@ describe('stats', () => {
     expect(s.requests).toEqual({ total: 10, bucket: 1, list: 1, metadata: 3, media: 3, upload: 1, delete: 1, patch: 0, copy: 0, compose: 0, move: 0, other: 0 });
     expect(s.byStatus).toEqual({ '200': 5, '206': 3, '204': 1, '404': 1 });
     expect(s.mediaBytes).toBe(30);
-    expect(s.injected).toEqual({ '401': 0, '403': 0, '429': 0, '503': 0, reset: 0, short: 0, stall: 0, throttle: 0, 'body-stall': 0 });
+    expect(s.injected).toEqual({ '401': 0, '403': 0, '429': 0, '503': 0, reset: 0, short: 0, stall: 0, throttle: 0, 'body-stall': 0, 'upload-drop': 0 });
     const log = (await rawJson('/_log')).body as any[];
     expect(log).toHaveLength(10);
     expect(log.map((e) => e.seq)).toEqual([...log.map((e) => e.seq)].sort((a, b) => a - b));
