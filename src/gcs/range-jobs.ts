@@ -83,7 +83,12 @@ export interface SendReply {
 }
 
 export type WorkerJob = RangeJob | SendJob;
-export type WorkerReply = RangeReply | SendReply;
+/** Sent once by a worker when its module has loaded: it can take work. */
+export interface ReadyReply {
+  kind: 'ready';
+}
+
+export type WorkerReply = RangeReply | SendReply | ReadyReply;
 
 export function serializeError(err: unknown): SerializedError {
   const message = err instanceof Error ? err.message : String(err);

@@ -68,6 +68,9 @@ async function send(job: SendJob): Promise<SendReply> {
   }
 }
 
+// Loaded: a worker that dies before this died of its start (see RangeWorkers.lost).
+port.postMessage({ kind: 'ready' });
+
 // The main thread ends a worker with terminate(): no message asks it to stop.
 port.on('message', (job: WorkerJob) => {
   if (job.kind === 'send') void send(job).then((reply) => port.postMessage(reply));

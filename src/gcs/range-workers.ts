@@ -40,6 +40,8 @@ interface Slot {
   /** The same at the last of the short windows that decide how many workers are in use. */
   recentElu: EventLoopUtilization;
   startedAt: number;
+  /** Its module has loaded (its 'ready' message came). */
+  ready: boolean;
 }
 
 interface Pending {
@@ -62,8 +64,6 @@ const IN_USE_WINDOW_MS = 250;
 const WINDOWS_PER_SAMPLE = SAMPLE_MS / IN_USE_WINDOW_MS;
 /** A worker's first moments are its start (loading its modules): busy, but not with downloads. */
 const STARTING_MS = 1500;
-/** A worker that dies within this of its start died of its start (a broken install, no memory): the next waits. */
-const QUICK_DEATH_MS = 10_000;
 /** The wait before a worker is started again after the first quick death; it doubles with each one after it. */
 const RESPAWN_FIRST_MS = 500;
 const RESPAWN_MAX_MS = 60_000;
@@ -269,15 +269,18 @@ export class RangeWorkers {
     const worker = new Worker(this.script, { workerData: this.setup });
     worker.unref();
     const elu = worker.performance.eventLoopUtilization();
-    const slot: Slot = { worker, inFlight: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now() };
-    worker.on('message', (reply: WorkerReply) => this.answered(reply));
+    const slot: Slot = { worker, inFlight: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now(), ready: false };
+    worker.on('message', (reply: WorkerReply) => {
+      if (reply.kind === 'ready') slot.ready = true;
+      else this.answered(reply);
+    });
     // Its attempts fail only at 'exit', once the thread is surely gone: until then it may still write.
     worker.on('error', (err) => this.local.log.warn({ err: err.message }, 'download worker failed'));
     worker.on('exit', (code) => this.lost(slot, `exited with code ${code}`));
     return slot;
   }
 
-  private answered(reply: WorkerReply): void {
+  private answered(reply: Exclude<WorkerReply, { kind: 'ready' }>): void {
     const p = this.pending.get(reply.id);
     if (!p) return;
     this.pending.delete(reply.id);
@@ -295,10 +298,11 @@ export class RangeWorkers {
       this.pending.delete(id);
       p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
     }
-    // One that died as it started would die again: each next one waits longer (0.5 s, doubling, at most
-    // a minute), meanwhile the calling thread does the work. Started again at once, a worker that could
-    // not start was a loop of thread starts and log lines.
-    this.quickDeaths = Date.now() - slot.startedAt < QUICK_DEATH_MS ? this.quickDeaths + 1 : 0;
+    // One that died before its module had loaded (a broken install, a thread the system would not give)
+    // would die again: each next one waits longer (0.5 s, doubling, at most a minute), meanwhile the
+    // calling thread does the work. Started again at once, such a worker was a loop of thread starts
+    // and log lines. One that was working (killed, out of memory) is replaced at once.
+    this.quickDeaths = slot.ready ? 0 : this.quickDeaths + 1;
     const wait = this.quickDeaths === 0 ? 0 : Math.min(RESPAWN_MAX_MS, RESPAWN_FIRST_MS * 2 ** (this.quickDeaths - 1));
     this.respawnAt = performance.now() + wait;
     this.local.log.warn({ why, restartInMs: wait }, 'download worker lost: its downloads and upload requests are retried, and a new worker started');
