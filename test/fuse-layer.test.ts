@@ -79,6 +79,28 @@ describe('the libfuse3 layer', () => {
     expect(await peakOf(['--disable-parallel-dirops'])).toBe(1);
   });
 
+  it('gives the kernel --max-background and --congestion-threshold (its connection shows them), and its own sizing without them', async () => {
+    /** The FUSE connection's settings, as /sys/fs/fuse/connections/<device minor>/ shows them. */
+    const settings = async (path: string): Promise<[number, number]> => {
+      const line = (await fsp.readFile('/proc/self/mountinfo', 'utf8')).split('\n').find((l) => l.split(' ')[4] === path)!;
+      const minor = line.split(' ')[2]!.split(':')[1]!;
+      const read = async (f: string) => Number((await fsp.readFile(`/sys/fs/fuse/connections/${minor}/${f}`, 'utf8')).trim());
+      return [await read('max_background'), await read('congestion_threshold')];
+    };
+    const set = await mount({ tb, args: ['--max-background', '77', '--congestion-threshold', '33'] });
+    const own = await mount({ tb });
+    try {
+      expect(await settings(set.path)).toEqual([77, 33]);
+      // gcsmount's own: twice the download slots, 64-1,024, and three quarters of that.
+      const [max, congestion] = await settings(own.path);
+      expect(max).toBeGreaterThanOrEqual(64);
+      expect(congestion).toBe(Math.floor((max * 3) / 4));
+    } finally {
+      await unmount(set.path);
+      await unmount(own.path);
+    }
+  });
+
   // Only root may write /sys/class/bdi: elsewhere the test is reported skipped, not passed.
   it.skipIf(process.getuid?.() !== 0)('receives a buffered sequential read as 1 MiB requests once read_ahead_kb is raised (root)', async () => {
     const measure = async (args: string[]) => {
