@@ -16,6 +16,11 @@ export function formatMtime(epochNs: bigint): string {
   return `${whole}${fraction}Z`;
 }
 
+/** The custom metadata that gives an object the mtime `ms` (milliseconds since the epoch). */
+export function mtimeMetadata(ms: number): Record<string, string> {
+  return { [MTIME_KEY]: formatMtime(BigInt(Math.round(ms)) * 1_000_000n) };
+}
+
 /** Nanoseconds since the epoch, or null when the text is not an RFC 3339 time. Offsets other than Z are honoured. */
 export function parseMtime(text: string): bigint | null {
   const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$/i.exec(text.trim());

@@ -1,6 +1,6 @@
 import type { BlockSource } from '../blocks/block-source.js';
 import { UPLOAD_CHUNK_UNIT, type ObjectMeta, type WrittenObject } from '../gcs/object-client.js';
-import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
+import { MTIME_KEY, mtimeMetadata } from '../gcs/mtime.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { FileUpload, type UploadDeps } from './file-upload.js';
@@ -335,8 +335,7 @@ export class WriteState {
    * metadata takes it now, on the generation just made (gcsfuse_mtime, as a utimes of a closed file).
    */
   private async keepExplicitMtime(upload: FileUpload, object: WrittenObject): Promise<WrittenObject> {
-    const wanted = formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n);
-    if (!this.mtimeExplicit || upload.opts.metadata?.[MTIME_KEY] === wanted) return object;
+    if (!this.mtimeExplicit || upload.opts.metadata?.[MTIME_KEY] === mtimeMetadata(this.mtimeMs)[MTIME_KEY]) return object;
     // The bytes are in: a failure leaves only the older mtime, and does not fail the close.
     return (await this.patchMtime(object).catch(() => null)) ?? object;
   }
@@ -361,7 +360,7 @@ export class WriteState {
       const patched = await this.deps.client.patchMetadata(object.name, {
         ifGenerationMatch: object.generation,
         ifMetagenerationMatch: object.metageneration,
-        metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) },
+        metadata: mtimeMetadata(this.mtimeMs),
       });
       return { ...patched, updatedMs: this.mtimeMs };
     } catch (err) {
@@ -410,7 +409,7 @@ export class WriteState {
       this.deps,
       this.objectName,
       this.staged!,
-      { ifGenerationMatch: this.expect, metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(this.mtimeMs)) * 1_000_000n) } },
+      { ifGenerationMatch: this.expect, metadata: mtimeMetadata(this.mtimeMs) },
       this.deps.blocks.blockSize,
     );
   }

@@ -2,7 +2,7 @@ import type { Entry } from '../namespace/entry.js';
 import type { Namespace } from '../namespace/namespace.js';
 import { isGcsError } from '../gcs/errors.js';
 import type { ObjectMeta, WrittenObject } from '../gcs/object-client.js';
-import { formatMtime, MTIME_KEY } from '../gcs/mtime.js';
+import { mtimeMetadata } from '../gcs/mtime.js';
 import { NameChanges, type NameChangesDeps } from './name-changes.js';
 import type { OpenReaders } from './open-readers.js';
 import { RefusedError } from './write-error.js';
@@ -136,7 +136,7 @@ export class Writes {
     try {
       const object = await this.deps.client.patchMetadata(entry.meta.name, {
         ifMetagenerationMatch: entry.meta.metageneration,
-        metadata: { [MTIME_KEY]: formatMtime(BigInt(Math.round(ms)) * 1_000_000n) },
+        metadata: mtimeMetadata(ms),
       });
       this.deps.changes.set(path, { kind: 'file', meta: { ...object, updatedMs: ms } });
     } catch (err) {
