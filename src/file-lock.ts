@@ -11,6 +11,24 @@ export interface FileLock {
   release(): void;
 }
 
+/**
+ * Takes `db`'s exclusive lock, held until `db` closes (locking_mode EXCLUSIVE), running `first` before
+ * and `then` after it; when another process holds it, closes `db` and throws `busy()`. Any other failure
+ * closes `db` and is thrown as it is.
+ */
+export function lockExclusively(db: Database.Database, busy: () => Error, steps: { first?: () => void; then?: () => void } = {}): void {
+  try {
+    steps.first?.();
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT;');
+    steps.then?.();
+  } catch (err) {
+    db.close();
+    if ((err as { code?: string }).code === 'SQLITE_BUSY') throw busy();
+    throw err;
+  }
+}
+
 /** The inode now at `path`, or null when there is none. */
 function inodeAt(path: string): bigint | null {
   try {
@@ -36,15 +54,7 @@ export function holdFileLock(path: string, removeOnRelease = false): FileLock {
     closeSync(openSync(path, fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
     const before = inodeAt(path);
     const db = new Database(path, { timeout: 0 });
-    try {
-      db.pragma('journal_mode = OFF');
-      db.pragma('locking_mode = EXCLUSIVE');
-      db.exec('BEGIN EXCLUSIVE; COMMIT;');
-    } catch (err) {
-      db.close();
-      if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new FileLockBusyError(`${path} is locked by another process`);
-      throw err;
-    }
+    lockExclusively(db, () => new FileLockBusyError(`${path} is locked by another process`), { first: () => db.pragma('journal_mode = OFF') });
     if (before === null || inodeAt(path) !== before) {
       db.close();
       continue;

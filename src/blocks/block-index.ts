@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { chmodSync, closeSync, constants as fsConstants, lstatSync, openSync, renameSync, statSync } from 'node:fs';
+import { lockExclusively } from '../file-lock.js';
 
 /** One cached block as the index knows it. `key` also names the block's file. */
 export interface BlockRow {
@@ -403,16 +404,8 @@ export class BlockIndex {
  */
 export function holdIndexLock(path: string): { release(): void } {
   const db = new Database(path, { timeout: 0, fileMustExist: true });
-  try {
-    // Before the first read: an exclusive WAL connection keeps its index in memory, no -shm file.
-    db.pragma('locking_mode = EXCLUSIVE');
-    db.exec('BEGIN EXCLUSIVE; COMMIT;');
-    db.pragma('wal_checkpoint(TRUNCATE)');
-  } catch (err) {
-    db.close();
-    if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
-    throw err;
-  }
+  // Locked before the first read: an exclusive WAL connection keeps its index in memory, no -shm file.
+  lockExclusively(db, () => new IndexLockedError(`${path} is locked by another process`), { then: () => db.pragma('wal_checkpoint(TRUNCATE)') });
   return { release: () => db.close() };
 }
 
