@@ -49,8 +49,12 @@ async function mountTable(): Promise<MountEntry[]> {
  */
 function topIdentity(table: MountEntry[], path: string): string | null {
   let identity: string | null = null;
-  for (const e of table) if (e.path === path) identity = `${e.id}/${e.device}`;
+  for (const e of table) if (e.path === path) identity = identityOf(e);
   return identity;
+}
+
+function identityOf(e: MountEntry): string {
+  return `${e.id}/${e.device}`;
 }
 
 /** Mount points currently in the mount table. */
@@ -254,7 +258,7 @@ export class FuseMount {
 
   /** Whether this mount is in the mount table (not detached by a lazy unmount). */
   private attached(table: MountEntry[]): boolean {
-    return table.some((e) => e.path === this.path && (this.identity === null || `${e.id}/${e.device}` === this.identity));
+    return table.some((e) => e.path === this.path && (this.identity === null || identityOf(e) === this.identity));
   }
 
   /** Whether a lookup of the path reaches this mount, so that unmounting the path unmounts it and nothing else. */
