@@ -72,6 +72,19 @@ describe('the differential runner, local folder against local folder', () => {
     expect(report.mismatches[0]!.detail!.join('\n')).toContain('file z:');
   });
 
+  // A second "mount" that is a folder of its own sees nothing the first one did: the first switch to it
+  // must report that, so a second mount that keeps old state is caught too.
+  it('with a second mount, takes turns at points with no open handle and reports what the other does not show', async () => {
+    const ops = generateWriteOps({ seed: 2, count: 600 });
+    const same = await freshDir('same');
+    const twin = await runWriteDifferential({ mountRoot: same, otherMountRoot: same, localRoot: await freshDir('b'), ops, seed: 2 });
+    expect(twin.mismatches).toEqual([]);
+    expect(twin.mountSwitches).toBeGreaterThan(5);
+    const apart = await runWriteDifferential({ mountRoot: await freshDir('a'), otherMountRoot: await freshDir('c'), localRoot: await freshDir('b'), ops, seed: 2 });
+    expect(apart.mismatchCount).toBeGreaterThan(0);
+    expect(JSON.stringify(apart.mismatches[0])).toMatch(/second mount|"answer"/);
+  });
+
   it('allows a directory rename that fails on the mount only when told to', async () => {
     const ops = generateWriteOps({ seed: 13, count: 1500 });
     const refusing = await serverWrapper(REFUSE_DIR_RENAMES);

@@ -36,35 +36,41 @@ async function main(): Promise<number> {
   return report.mismatches === 0 && schedules === 0 && writes === 0 ? 0 : 1;
 }
 
-const WRITE_VARIANTS: NonNullable<MountCaseOptions['variant']>[] = ['plain', 'faults', 'sigkill'];
+/** The cases taken in turn; the last has two mounts of the bucket take turns (MountCaseOptions.secondMount). */
+const WRITE_CASES: Array<Pick<MountCaseOptions, 'variant' | 'secondMount'> & { label: string }> = [
+  { label: 'plain', variant: 'plain' },
+  { label: 'faults', variant: 'faults' },
+  { label: 'sigkill', variant: 'sigkill' },
+  { label: 'two mounts', variant: 'plain', secondMount: true },
+];
 
 /**
- * Write differential cases from `seed` on, one variant after another, until `seconds` have passed (each
- * variant at least once); 1 if any answer, file or object differed, or a crash left what it must not.
+ * Write differential cases from `seed` on, one kind after another, until `seconds` have passed (each
+ * kind at least once); 1 if any answer, file or object differed, or a crash left what it must not.
  */
 async function writeDifferentials(seconds: number, seed: number): Promise<number> {
   const until = Date.now() + seconds * 1000;
   let cases = 0;
   let steps = 0;
   let failed = 0;
-  for (let i = 0; i < WRITE_VARIANTS.length || Date.now() < until; i++) {
-    const variant = WRITE_VARIANTS[i % WRITE_VARIANTS.length]!;
+  for (let i = 0; i < WRITE_CASES.length || Date.now() < until; i++) {
+    const { label, ...kind } = WRITE_CASES[i % WRITE_CASES.length]!;
     const plumbing = new TorturePlumbing(mkdtempSync(join(tmpdir(), 'gcsmount-wtorture-')));
     try {
-      const r = await mountDifferentialCase(plumbing, { seed: seed + i, variant, ops: 1000, bigWrites: i % 2 === 1 });
+      const r = await mountDifferentialCase(plumbing, { seed: seed + i, ...kind, ops: 1000, bigWrites: i % 2 === 1 });
       cases++;
       steps += r.report.steps;
       const crash = r.crash ?? [];
       if (r.report.mismatchCount + crash.length > 0) {
         failed++;
         const first = [...r.report.mismatches.map((m) => JSON.stringify(m)), ...crash].slice(0, 3).join('; ');
-        process.stdout.write(`write differential: seed ${seed + i} (${variant}): ${r.report.mismatchCount} mismatches, ${crash.length} crash violations, first: ${first}\n`);
+        process.stdout.write(`write differential: seed ${seed + i} (${label}): ${r.report.mismatchCount} mismatches, ${crash.length} crash violations, first: ${first}\n`);
       }
     } finally {
       await plumbing.cleanup();
     }
   }
-  process.stdout.write(`write differential: ${cases} cases from seed ${seed} (plain, faults, sigkill), ${steps} steps, ${failed} with differences\n`);
+  process.stdout.write(`write differential: ${cases} cases from seed ${seed} (${WRITE_CASES.map((c) => c.label).join(', ')}), ${steps} steps, ${failed} with differences\n`);
   return failed === 0 ? 0 : 1;
 }
 

@@ -47,6 +47,11 @@ export interface MountCaseOptions {
   ops?: number;
   /** plain; faults: the emulator injects errors (all must be retried away); sigkill: the daemon is killed part-way. */
   variant?: 'plain' | 'faults' | 'sigkill';
+  /**
+   * A second mount of the bucket (with a cache dir) takes turns with the first, both with metadata TTLs
+   * of 0 (WriteDiffOptions.otherMountRoot). Not with sigkill.
+   */
+  secondMount?: boolean;
   /** Extra daemon flags. The default raises --rename-dir-limit so directory renames are tried at all. */
   mountArgs?: string[];
   bigWrites?: boolean;
@@ -78,8 +83,12 @@ export async function mountDifferentialCase(plumbing: MountPlumbing, opts: Mount
   const variant = opts.variant ?? 'plain';
   const tb = await startBucket('wdiff');
   if (variant === 'faults') tb.emulator.setKnobs({ ...FAULT_KNOBS, seed: opts.seed });
-  const args = opts.mountArgs ?? ['--rename-dir-limit', '10000'];
+  const two = (opts.secondMount ?? false) && variant !== 'sigkill';
+  // A mount shows its own changes for as long as its caches may hold what was before them (the longest
+  // TTL, the negative one's 5 s included): only with every TTL at 0 does it show the other's at once.
+  const args = [...(opts.mountArgs ?? ['--rename-dir-limit', '10000']), ...(two ? ['--metadata-cache-ttl-secs', '0', '--metadata-cache-negative-ttl-secs', '0'] : [])];
   const mounted = await mount({ tb, args, foreground: variant === 'sigkill' });
+  const other = two ? await mount({ tb, args: [...args, '--cache-dir', await tempDir('wdiff-cache')] }) : null;
   const localRoot = await tempDir('wdiff-local');
   const ops = generateWriteOps({ seed: opts.seed, count: opts.ops ?? 1500, bigWrites: opts.bigWrites ?? false });
   const bucketSnapshot = emulatorBucketSnapshot(tb);
@@ -92,6 +101,7 @@ export async function mountDifferentialCase(plumbing: MountPlumbing, opts: Mount
     // gcsfuse semantics: a directory rename may be refused (rename-dir-limit); nothing else is excused.
     allow: { dirRenameFails: true },
     snapshotEveryCloses: opts.snapshotEveryCloses ?? 1,
+    ...(other ? { otherMountRoot: other.path } : {}),
     onStep: (i: number) => {
       if (i % 250 === 0) opts.log?.(`write differential: step ${i}/${ops.length}`);
     },

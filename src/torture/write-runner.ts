@@ -1,5 +1,6 @@
 // Applies one operation sequence to a mount and to a local folder, each through its own op server, and
 // reports where the answers or the trees differ. The local folder is the oracle: a kernel file system.
+import { seededRandom } from './model-bucket.js';
 import { OpServer, comparable, diffSnapshots, type Answer, type TreeSnapshot } from './op-server.js';
 import type { WriteOp } from './write-ops.js';
 
@@ -45,6 +46,16 @@ export interface WriteDiffOptions {
   /** Another op server for the mount side (a test's wrapper that breaks it on purpose). */
   mountServerScript?: string;
   opTimeoutMs?: number;
+  /**
+   * A second mount of the same bucket (the users' machines share one). The operations then go to one
+   * mount at a time: at a point where no handle is open, the other mount takes over with probability
+   * `switchRate` (seeded), and every answer it gives must be the local folder's: what one mount closed,
+   * the other shows at its next open (both mounts need metadata TTLs of 0 for that, as in gcsfuse). Every
+   * other switch compares its whole tree first. A handle stays on the mount that opened it.
+   */
+  otherMountRoot?: string;
+  /** Default 0.3. */
+  switchRate?: number;
 }
 
 export interface Mismatch {
@@ -70,6 +81,8 @@ export interface WriteDiffReport {
   bytesWritten: number;
   /** Most handles open at once (opens that succeeded locally). */
   maxOpenHandles: number;
+  /** Times the other mount took over (otherMountRoot), each after a comparison of its tree. */
+  mountSwitches: number;
 }
 
 /** What a crash may leave of each path: an exact file, or (a file open at the crash) one of some states. */
@@ -81,6 +94,13 @@ export interface CrashModel {
 export class WriteDifferential {
   readonly mount: OpServer;
   readonly local: OpServer;
+  /** The second mount's server (otherMountRoot), or null. */
+  readonly other: OpServer | null;
+  /** The mount that operations on paths and new handles go to. */
+  private active: OpServer;
+  /** Which mount each handle was opened on. */
+  private readonly handleMount = new Map<string, OpServer>();
+  private readonly switchDraw: () => number;
   private readonly handleIno = new Map<string, number>();
   /** For each open inode: the complete states it had at a point a crash may leave it in. */
   private readonly crashStates = new Map<number, Set<string>>();
@@ -91,7 +111,31 @@ export class WriteDifferential {
     const common = { ...(opts.python ? { python: opts.python } : {}), ...(opts.opTimeoutMs ? { opTimeoutMs: opts.opTimeoutMs } : {}) };
     this.mount = new OpServer({ root: opts.mountRoot, ...common, ...(opts.mountServerScript ? { script: opts.mountServerScript } : {}) });
     this.local = new OpServer({ root: opts.localRoot, inodes: true, ...common });
-    this.report = { seed: opts.seed, steps: 0, mismatchCount: 0, mismatches: [], snapshots: 0, bucketChecks: 0, allowed: {}, errnos: {}, bytesWritten: 0, maxOpenHandles: 0 };
+    this.other = opts.otherMountRoot ? new OpServer({ root: opts.otherMountRoot, ...common, ...(opts.mountServerScript ? { script: opts.mountServerScript } : {}) }) : null;
+    this.active = this.mount;
+    this.switchDraw = seededRandom(opts.seed ^ 0x2d0c);
+    this.report = { seed: opts.seed, steps: 0, mismatchCount: 0, mismatches: [], snapshots: 0, bucketChecks: 0, allowed: {}, errnos: {}, bytesWritten: 0, maxOpenHandles: 0, mountSwitches: 0 };
+  }
+
+  /** Which mount operations on paths go to now (for logs). */
+  get activeMount(): 'first' | 'second' {
+    return this.active === this.mount ? 'first' : 'second';
+  }
+
+  /** The mount an operation goes to: its handle's, else the active one. */
+  private mountFor(op: WriteOp): OpServer {
+    return ('h' in op ? this.handleMount.get(op.h) : undefined) ?? this.active;
+  }
+
+  /** At a point with no handle open on either side: maybe the other mount takes over, once its tree agrees. */
+  private async maybeSwitch(index: number): Promise<void> {
+    if (!this.other || this.handleMount.size > 0 || this.handleIno.size > 0) return;
+    if (this.switchDraw() >= (this.opts.switchRate ?? 0.3)) return;
+    this.active = this.active === this.mount ? this.other : this.mount;
+    this.report.mountSwitches++;
+    // Half the time the next operations meet whatever the mount still holds from its last turn; a
+    // snapshot would read every file first.
+    if (this.switchDraw() < 0.5) await this.compareSnapshots(index);
   }
 
   private record(m: Mismatch): void {
@@ -111,7 +155,7 @@ export class WriteDifferential {
     if (op.op === 'rename' && this.opts.allow?.dirRenameFails) {
       const src = await this.local.call({ op: 'stat', path: op.src });
       if (src.ok && src.type === 'dir') {
-        const m = await this.mount.call(op);
+        const m = await this.mountFor(op).call(op);
         if (!m.ok) {
           this.report.allowed.dirRenameFails = (this.report.allowed.dirRenameFails ?? 0) + 1;
           return (await this.opts.onStep?.(index, op, m, { ok: true, skipped: true })) !== false;
@@ -121,7 +165,10 @@ export class WriteDifferential {
     }
     // Before an open: what the file held, which is what a crash may leave if this open then changes it.
     const before = crash && op.op === 'open' ? await this.local.call({ op: 'readall', path: op.path }) : null;
-    const [m, l] = await Promise.all([this.mount.call(op), this.local.call(op)]);
+    const target = this.mountFor(op);
+    const [m, l] = await Promise.all([target.call(op), this.local.call(op)]);
+    if (op.op === 'open' && m.ok) this.handleMount.set(op.h, target);
+    if (op.op === 'close') this.handleMount.delete(op.h);
     const wasOpen = this.openInos();
     if (op.op === 'open' && l.ok) {
       this.handleIno.set(op.h, l._ino as number);
@@ -135,6 +182,7 @@ export class WriteDifferential {
       const local = await this.compareSnapshots(index);
       if (closedIno !== undefined && !this.openInos().has(closedIno)) await this.compareBucket(index, local);
     }
+    await this.maybeSwitch(index);
     return true;
   }
 
@@ -180,16 +228,17 @@ export class WriteDifferential {
     }
   }
 
-  /** Compares both trees; returns the local one (with inode numbers). */
+  /** Compares the active mount's tree with the local one; returns the local one (with inode numbers). */
   async compareSnapshots(index: number): Promise<TreeSnapshot> {
     this.report.snapshots++;
-    const [m, l] = await Promise.all([this.mount.call({ op: 'snapshot' }), this.local.call({ op: 'snapshot' })]);
+    const [m, l] = await Promise.all([this.active.call({ op: 'snapshot' }), this.local.call({ op: 'snapshot' })]);
     if (!m.ok || !l.ok) {
       this.record({ index, kind: 'snapshot', op: { op: 'snapshot' }, mount: comparable(m), local: comparable(l) });
       return l as unknown as TreeSnapshot;
     }
     const diff = diffSnapshots(m as unknown as TreeSnapshot, l as unknown as TreeSnapshot);
-    if (diff.length) this.record({ index, kind: 'snapshot', op: { op: 'snapshot' }, detail: diff });
+    const which = this.other ? `${this.activeMount} mount: ` : '';
+    if (diff.length) this.record({ index, kind: 'snapshot', op: { op: 'snapshot' }, detail: diff.map((d) => which + d) });
     return l as unknown as TreeSnapshot;
   }
 
@@ -226,12 +275,24 @@ export class WriteDifferential {
   async finish(): Promise<WriteDiffReport> {
     const local = await this.compareSnapshots(this.report.steps);
     await this.compareBucket(this.report.steps, local);
+    // Every handle is closed by now: the mount not in use must show the same tree.
+    if (this.other) {
+      this.active = this.active === this.mount ? this.other : this.mount;
+      await this.compareSnapshots(this.report.steps);
+    }
     await this.close();
     return this.report;
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.mount.close(), this.local.close()]);
+    await Promise.all([this.mount.close(), this.local.close(), this.other?.close()]);
+  }
+
+  /** Ends the op servers' processes at once. */
+  kill(): void {
+    this.mount.kill();
+    this.other?.kill();
+    this.local.kill();
   }
 }
 
@@ -241,8 +302,7 @@ export async function runWriteDifferential(opts: WriteDiffOptions): Promise<Writ
     for (let i = 0; i < opts.ops.length; i++) if (!(await diff.step(i, opts.ops[i]!))) break;
     return await diff.finish();
   } finally {
-    diff.mount.kill();
-    diff.local.kill();
+    diff.kill();
   }
 }
 
