@@ -253,6 +253,7 @@ print(e(lambda: os.mkfifo(os.path.join(root,'fifo'))))`,
   });
 
   it('a name longer than 255 bytes is ENAMETOOLONG wherever it comes in (never made, then hidden), as on a local disk', async () => {
+    const before = requests(tb);
     const out = await py(
       `import os,sys,errno
 root=sys.argv[1]
@@ -274,6 +275,10 @@ print(os.path.getsize(os.path.join(root,ok)), ok in os.listdir(root), long in os
     expect(await resource(tb, 'n'.repeat(256))).toBeNull();
     expect(await resource(tb, 'n'.repeat(256) + '/')).toBeNull();
     expect((await stored(tb, 'n'.repeat(255)))?.toString()).toBe('x');
+    // Refused before any request: the one upload is the 255-byte name's, and nothing was moved or removed.
+    const d = delta(requests(tb), before);
+    expect(d.upload).toBe(1);
+    expect((d.move ?? 0) + (d.copy ?? 0) + (d.delete ?? 0) + (d.patch ?? 0)).toBe(0);
   });
 
   it('rename moves objects (a folder only up to --rename-dir-limit objects, EMFILE past it); an unlinked open file stays readable', async () => {
@@ -317,6 +322,7 @@ print(open(P('y1','a')).read())`,
   });
 
   it('a file written, closed and renamed at once (an atomic save: tmp file, then os.replace) is moved with its bytes', async () => {
+    const before = requests(tb);
     const out = await py(
       `import os,sys
 root=sys.argv[1]
@@ -334,9 +340,14 @@ print(open(os.path.join(root,'fresh.txt')).read())`,
     expect((await stored(tb, 'ckpt.bin'))?.toString()).toBe('epoch 2');
     expect(await stored(tb, 'ckpt.tmp')).toBeNull();
     expect((await stored(tb, 'fresh.txt'))?.toString()).toBe('new');
+    // One upload per close and one move per rename: no tmp object uploaded twice, or copied and deleted.
+    const d = delta(requests(tb), before);
+    expect(d).toMatchObject({ upload: 4, move: 4 });
+    expect((d.copy ?? 0) + (d.delete ?? 0)).toBe(0);
   });
 
   it('fstat and futimens of an open file whose name was unlinked or replaced act on that file, not the name (ENOENT, or the newcomer)', async () => {
+    const before = requests(tb);
     const out = await py(
       `import os,sys
 root=sys.argv[1]
@@ -360,6 +371,10 @@ print(os.fstat(f.fileno()).st_size, f.read(), os.stat(q).st_size)`,
     // futimens of the reader's file left the newcomer's object alone.
     expect((await resource(tb, 'kept.txt'))!.metadata?.gcsfuse_mtime).not.toBe('2017-07-14T02:40:00Z');
     expect(await stored(tb, 'gone.txt')).toBeNull();
+    // gone.txt, unlinked before its close, is never uploaded: two uploads (kept, newcomer) and one move.
+    const d = delta(requests(tb), before);
+    expect(d).toMatchObject({ upload: 2, move: 1 });
+    expect((d.copy ?? 0) + (d.delete ?? 0) + (d.patch ?? 0)).toBe(0);
   });
 
   it('chmod and chown are accepted and not kept; utimes sets gcsfuse_mtime, which stat shows', async () => {
