@@ -235,6 +235,29 @@ describe('a block cache that meets trouble recovers from it', () => {
     }
   });
 
+  // `gcsmount cache verify` said "dropped N that failed their check" for blocks evicted while it ran
+  // (the cache makes room as it writes): a good block counted as damaged.
+  it('verify counts as dropped only damaged blocks, not those evicted while it runs', async () => {
+    const dir = await tempDir('cache');
+    const cache = DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 3000 }, ...DEFAULT_DISK_CACHE }, silentLogger, new Metrics());
+    try {
+      for (const b of [0, 1, 2]) await cache.write(key(b), Buffer.alloc(1000, b + 1));
+      const verifying = cache.verify();
+      // While it reads the first block, two more make room for themselves: the next two go.
+      await Promise.all([cache.write(key(3), Buffer.alloc(1000, 4)), cache.write(key(4), Buffer.alloc(1000, 5))]);
+      const v = await verifying;
+      expect(v.bad).toBe(0);
+      expect(cache.info().blocks).toBe(3);
+      // And a block damaged on disk is still found and dropped.
+      const damaged = blockFileKey(key(4));
+      await fsp.writeFile(join(dir, BLOCKS_DIR, damaged.slice(0, 2), damaged), Buffer.alloc(1000, 0));
+      expect(await cache.verify()).toMatchObject({ bad: 1 });
+    } finally {
+      cache.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('counts a block written by two writers at once once, so the budget is not spent early', async () => {
     const dir = await tempDir('cache');
     const metrics = new Metrics();
