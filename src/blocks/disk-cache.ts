@@ -97,7 +97,14 @@ export class DiskCache {
       throw err;
     }
     if (this.index.rebuiltFrom) log.warn({ aside: this.index.rebuiltFrom }, 'block cache index was unreadable; moved aside and started empty');
-    this.space = new CacheSpace(cfg, this.index, metrics, (key) => this.path(key), () => this.pullAccess());
+    this.space = new CacheSpace(
+      cfg,
+      this.index,
+      metrics,
+      (key) => this.path(key),
+      () => this.pullAccess(),
+      () => (this.reconciled = false),
+    );
     this.writer = new BlockWriter(cfg, {
       index: this.index,
       space: this.space,

@@ -41,6 +41,8 @@ export class CacheSpace {
     private readonly path: (key: string) => string,
     /** Brings access times up to date before eviction picks victims. */
     private readonly pullAccess: () => void,
+    /** An evicted block's file could not be removed: no row names it now, so only a reconcile finds it. */
+    private readonly strayFile: () => void = () => undefined,
   ) {
     const t = index.totals();
     this.heldBytes = t.bytes;
@@ -166,7 +168,7 @@ export class CacheSpace {
     this.unlinking += size;
     const done: Promise<void> = fsp
       .rm(this.path(key), { force: true })
-      .catch(() => undefined)
+      .catch(() => this.strayFile())
       .finally(() => {
         this.unlinking -= size;
         this.unlinks.delete(done);
