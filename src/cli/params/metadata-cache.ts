@@ -9,7 +9,7 @@ export const METADATA_CACHE_PARAMS = [
     configKey: 'metadata-cache.ttl-secs',
     type: 'int',
     default: 60,
-    help: 'Seconds to cache object and directory metadata; -1 = forever, 0 = no cache',
+    help: 'Seconds to cache object and directory metadata; -1 = forever, 0 = no cache (with a negative TTL of 0 too, every machine sees the changes of the others at its next open)',
     group: 'Metadata cache',
     effect: 'effective',
     min: -1,
