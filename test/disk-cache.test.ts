@@ -217,12 +217,19 @@ describe('a block cache that meets trouble recovers from it', () => {
     try {
       await cache.write(key(0), Buffer.alloc(1000, 1));
       await cache.write(key(1), Buffer.alloc(1000, 2));
-      // Undeletable (EPERM even for root): the eviction's unlink fails.
+      // Undeletable (EPERM even for root): the eviction's unlink fails, and only after a while, so a stop
+      // that did not wait for it would close the index as clean first.
       expect((await run('chattr', ['+i', firstPath])).code).toBe(0);
+      const rm = fsp.rm.bind(fsp);
+      vi.spyOn(fsp, 'rm').mockImplementation(async (...args: Parameters<typeof fsp.rm>) => {
+        await new Promise((r) => setTimeout(r, 200));
+        return rm(...args);
+      });
       await cache.write(key(2), Buffer.alloc(1000, 3));
       await cache.write(key(3), Buffer.alloc(1000, 4));
       expect(cache.lookup(key(0))).toBeNull();
-      await new Promise((r) => setTimeout(r, 50));
+      // As the daemon stops: drain, then close (the unlink's failure is heard of before close).
+      await cache.drain();
     } finally {
       cache.close();
       await run('chattr', ['-i', firstPath]);

@@ -75,6 +75,11 @@ export class DiskCache {
   /** Resolves once the block folders of older layouts are gone (never rejects). */
   oldLayoutsRemoved: Promise<void> = Promise.resolve();
   private reconciled = true;
+  /**
+   * A block file was left that no row names (a write that could not clean up, an eviction whose unlink
+   * failed): the next start must reconcile, even if a reconcile of this start finished after it.
+   */
+  private strayed = false;
   private closed = false;
   private resourceLoggedAt = Number.NEGATIVE_INFINITY;
   /** Keys of blocks read elsewhere (the native read path), pulled before access times are written. */
@@ -103,7 +108,7 @@ export class DiskCache {
       metrics,
       (key) => this.path(key),
       () => this.pullAccess(),
-      () => (this.reconciled = false),
+      () => (this.strayed = true),
     );
     this.writer = new BlockWriter(cfg, {
       index: this.index,
@@ -113,7 +118,7 @@ export class DiskCache {
       path: (key) => this.path(key),
       closed: () => this.closed,
       ensureLayout: () => this.ensureLayout(),
-      strayFile: () => (this.reconciled = false),
+      strayFile: () => (this.strayed = true),
       resourceTrouble: (code, what) => this.resourceTrouble(code, what),
     });
     this.flushTimer = setInterval(() => {
@@ -265,10 +270,16 @@ export class DiskCache {
    * says which bytes it holds) and is dropped.
    */
   async readRow(row: BlockRow, into?: Buffer): Promise<Buffer | null> {
+    const got = await this.readChecked(row, into);
+    return typeof got === 'string' ? null : got;
+  }
+
+  /** readRow(), saying why a block is not there: 'damaged' (dropped) or 'unavailable' (kept: a resource error). */
+  private async readChecked(row: BlockRow, into?: Buffer): Promise<Buffer | 'damaged' | 'unavailable'> {
     const key = row.key;
     if (into && into.length !== row.size) {
       this.drop(row, 'block_cache_short', `block row holds ${row.size} bytes where ${into.length} belong`);
-      return null;
+      return 'damaged';
     }
     this.space.pin(key);
     try {
@@ -278,21 +289,22 @@ export class DiskCache {
         got = await readFully(this.path(key), data);
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code ?? String(err);
-        if (DAMAGE_CODES.has(code)) this.drop(row, 'block_cache_missing', `block file unreadable: ${code}`);
-        else {
-          // A miss for this read (GCS answers it); the block and its row stay.
-          this.metrics.inc('block_cache_unavailable');
-          this.resourceTrouble(code, 'a cached block could not be read just now: read from GCS, kept in the cache');
+        if (DAMAGE_CODES.has(code)) {
+          this.drop(row, 'block_cache_missing', `block file unreadable: ${code}`);
+          return 'damaged';
         }
-        return null;
+        // A miss for this read (GCS answers it); the block and its row stay.
+        this.metrics.inc('block_cache_unavailable');
+        this.resourceTrouble(code, 'a cached block could not be read just now: read from GCS, kept in the cache');
+        return 'unavailable';
       }
       if (got !== row.size) {
         this.drop(row, 'block_cache_short', `block file holds ${got} of ${row.size} bytes`);
-        return null;
+        return 'damaged';
       }
       if (crc32c(data) !== row.crc32c) {
         this.drop(row, 'block_cache_corrupt', 'block file fails its CRC32C');
-        return null;
+        return 'damaged';
       }
       this.index.touch(key, Date.now());
       return data;
@@ -306,9 +318,13 @@ export class DiskCache {
     return this.writer.write(k, data, directCapacity, knownCrc32c, onStored);
   }
 
-  /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
-  drain(): Promise<void> {
-    return this.writer.drain();
+  /**
+   * Waits for the blocks being written (a clean stop should keep what it has downloaded), and for the
+   * evicted files being unlinked: one that fails must be heard of before close() says the cache is clean.
+   */
+  async drain(): Promise<void> {
+    await this.writer.drain();
+    await this.space.unlinked();
   }
 
   private resourceTrouble(code: string, what: string): void {
@@ -356,17 +372,18 @@ export class DiskCache {
 
   /**
    * Re-checks every block's CRC32C, dropping bad ones. `bad` counts the blocks dropped as damaged: not a
-   * block evicted since the list was taken (the cache makes room as it writes), nor one that could not be
-   * read just now and stays (readRow keeps it).
+   * block evicted since the list was taken (the free-space margin's eviction runs on a timer, and a cache
+   * in use makes room as it writes), nor one that could not be read just now and stays.
    */
   async verify(): Promise<{ checked: number; bad: number }> {
     let checked = 0;
     let bad = 0;
-    for (const row of [...this.index.rows()]) {
-      // Nothing awaits between this and readRow's pin, so an eviction cannot come in between.
-      if (this.index.get(row.key) === undefined) continue;
+    for (const listed of [...this.index.rows()]) {
+      // Nothing awaits between this and readChecked's pin, so an eviction cannot come in between.
+      const row = this.index.get(listed.key);
+      if (row === undefined) continue;
       checked++;
-      if ((await this.readRow(row)) === null && this.index.get(row.key) === undefined) bad++;
+      if ((await this.readChecked(row)) === 'damaged') bad++;
     }
     return { checked, bad };
   }
@@ -383,6 +400,6 @@ export class DiskCache {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.flushTimer);
-    this.index.close(this.reconciled);
+    this.index.close(this.reconciled && !this.strayed);
   }
 }

@@ -86,6 +86,8 @@ export async function runCache(args: string[]): Promise<number> {
       if (!json) process.stdout.write(`removed ${before.blocks} blocks, ${bytesAndExact(before.bytes)}\n`);
     }
     if (json) process.stdout.write(`${JSON.stringify(result)}\n`);
+    // The files of blocks verify dropped are unlinked in the background: a failure must be known at close.
+    await cache.drain();
   } finally {
     cache.close();
   }
