@@ -254,6 +254,7 @@ print(e(lambda: os.mkfifo(os.path.join(root,'fifo'))))`,
 
   it('a name longer than 255 bytes is ENAMETOOLONG wherever it comes in (never made, then hidden), as on a local disk', async () => {
     const before = requests(tb);
+    const firstSeq = tb.emulator.requestLog().at(-1)?.seq ?? -1;
     const out = await py(
       `import os,sys,errno
 root=sys.argv[1]
@@ -272,10 +273,17 @@ print(os.path.getsize(os.path.join(root,ok)), ok in os.listdir(root), long in os
       m.path,
     );
     expect(out.split('\n')).toEqual(['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', '1 True False']);
+    // Refused before any request: no request of the mount named the 256-byte name (the checks below do).
+    const tooLong = 'n'.repeat(256);
+    const named = (v: string | null | undefined) => v?.includes(tooLong) ?? false;
+    const asking = tb.emulator.requestLog().filter((e) => e.seq > firstSeq && (named(e.object) || named(e.list?.prefix) || named(e.list?.startOffset)));
+    expect(asking).toEqual([]);
+    // The log covers the run: the 255-byte name's upload is in it.
+    expect(tb.emulator.requestLog().some((e) => e.seq > firstSeq && e.kind === 'upload')).toBe(true);
     expect(await resource(tb, 'n'.repeat(256))).toBeNull();
     expect(await resource(tb, 'n'.repeat(256) + '/')).toBeNull();
     expect((await stored(tb, 'n'.repeat(255)))?.toString()).toBe('x');
-    // Refused before any request: the one upload is the 255-byte name's, and nothing was moved or removed.
+    // The one upload is the 255-byte name's, and nothing was moved or removed.
     const d = delta(requests(tb), before);
     expect(d.upload).toBe(1);
     expect((d.move ?? 0) + (d.copy ?? 0) + (d.delete ?? 0) + (d.patch ?? 0)).toBe(0);

@@ -36,7 +36,10 @@ async function main(): Promise<number> {
   return report.mismatches === 0 && schedules === 0 && writes === 0 ? 0 : 1;
 }
 
-/** The cases taken in turn; the last has two mounts of the bucket take turns (MountCaseOptions.secondMount). */
+/**
+ * The cases taken in turn; the last has two mounts of the bucket take turns (MountCaseOptions.secondMount).
+ * Each round of them runs with big writes or without, alternately.
+ */
 const WRITE_CASES: Array<Pick<MountCaseOptions, 'variant' | 'secondMount'> & { label: string }> = [
   { label: 'plain', variant: 'plain' },
   { label: 'faults', variant: 'faults' },
@@ -57,7 +60,7 @@ async function writeDifferentials(seconds: number, seed: number): Promise<number
     const { label, ...kind } = WRITE_CASES[i % WRITE_CASES.length]!;
     const plumbing = new TorturePlumbing(mkdtempSync(join(tmpdir(), 'gcsmount-wtorture-')));
     try {
-      const r = await mountDifferentialCase(plumbing, { seed: seed + i, ...kind, ops: 1000, bigWrites: i % 2 === 1 });
+      const r = await mountDifferentialCase(plumbing, { seed: seed + i, ...kind, ops: 1000, bigWrites: Math.floor(i / WRITE_CASES.length) % 2 === 1 });
       cases++;
       steps += r.report.steps;
       const crash = r.crash ?? [];
