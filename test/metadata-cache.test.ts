@@ -51,6 +51,19 @@ describe('metadata cache', () => {
     expect(cache.lookup('/g', '/')).toBeDefined();
     clock.t += 2_000;
     expect(cache.lookup('/g', '/')).toBeUndefined();
+    // "No such path" too: asked, then 3 s to answer, then trusted until 5 s after the question. A file
+    // this mount created meanwhile is shown by its record for 5 s from the create: the answer, older
+    // than the create, must be gone by then.
+    const askedMissing = clock.t;
+    clock.t += 3_000;
+    cache.remember('/h', null, askedMissing);
+    clock.t += 1_900;
+    expect(cache.lookup('/h', '/')).toBe('missing');
+    clock.t += 200;
+    expect(cache.lookup('/h', '/')).toBeUndefined();
+    // Asked longer ago than the negative TTL: not kept at all.
+    cache.remember('/i', null, clock.t - 6_000);
+    expect(cache.lookup('/i', '/')).toBeUndefined();
   });
 
   it('answers every name of a listed directory, present or not, and forgets a path that became missing', () => {

@@ -166,6 +166,13 @@ export class MetadataCache {
    * file before this mount removed it outlived the removal's own record (kept a TTL from the change) by
    * as long as the listing took, and the name came back.
    */
+  private negativeRemaining(since: number): number | null {
+    if (this.negativeTtl === null) return null;
+    if (this.negativeTtl === 0) return 0;
+    const left = this.negativeTtl - (this.clock.now() - since);
+    return left > 0 ? left : null;
+  }
+
   private remaining(since: number): number | null {
     if (this.positiveTtl === null) return null;
     if (this.positiveTtl === 0) return 0;
@@ -173,12 +180,18 @@ export class MetadataCache {
     return left > 0 ? left : null;
   }
 
-  /** Remembers what a lookup asked at `askedAt` learnt: the entry, or null for "no such path". */
+  /**
+   * Remembers what a lookup asked at `askedAt` learnt: the entry, or null for "no such path". Both TTLs
+   * run from the question: a "no such path" asked before this mount created the path, and answered after,
+   * would otherwise outlive the create's record (LocalChanges, kept a TTL from the change) by as long as
+   * the request took, and hide the new file.
+   */
   remember(path: string, entry: Entry | null, askedAt = this.clock.now()): void {
     if (entry === null) {
       this.types?.delete(path);
-      if (this.negativeTtl === null) this.stats?.delete(`s:${path}`);
-      else this.stats?.set(`s:${path}`, MISSING, { ttl: this.negativeTtl });
+      const ttl = this.negativeRemaining(askedAt);
+      if (ttl === null) this.stats?.delete(`s:${path}`);
+      else this.stats?.set(`s:${path}`, MISSING, { ttl });
       return;
     }
     const ttl = this.remaining(askedAt);

@@ -270,7 +270,7 @@ export class Namespace {
       if (answer === undefined) return undefined;
       if (answer.entry !== null) return answer.entry;
       if (this.deps.cache.missingTrusted(answer.listedAt)) {
-        this.deps.cache.remember(childPath(folder, base), null);
+        this.deps.cache.remember(childPath(folder, base), null, answer.listedAt);
         return null;
       }
       this.walks = this.walks.filter((w) => w !== walk);
