@@ -161,22 +161,15 @@ export class MetadataCache {
   }
 
   /**
-   * What is left of the TTL of an answer asked for at `since` (0: for ever), or null when nothing is: a
-   * TTL runs from the question, not the answer. Counted from the answer, a listing whose page named a
-   * file before this mount removed it outlived the removal's own record (kept a TTL from the change) by
-   * as long as the listing took, and the name came back.
+   * What is left of `ttl` (the positive TTL unless given) for an answer asked for at `since` (0: for
+   * ever), or null when nothing is: a TTL runs from the question, not the answer. Counted from the
+   * answer, a listing whose page named a file before this mount removed it outlived the removal's own
+   * record (kept a TTL from the change) by as long as the listing took, and the name came back.
    */
-  private negativeRemaining(since: number): number | null {
-    if (this.negativeTtl === null) return null;
-    if (this.negativeTtl === 0) return 0;
-    const left = this.negativeTtl - (this.clock.now() - since);
-    return left > 0 ? left : null;
-  }
-
-  private remaining(since: number): number | null {
-    if (this.positiveTtl === null) return null;
-    if (this.positiveTtl === 0) return 0;
-    const left = this.positiveTtl - (this.clock.now() - since);
+  private remaining(since: number, ttl = this.positiveTtl): number | null {
+    if (ttl === null) return null;
+    if (ttl === 0) return 0;
+    const left = ttl - (this.clock.now() - since);
     return left > 0 ? left : null;
   }
 
@@ -189,7 +182,7 @@ export class MetadataCache {
   remember(path: string, entry: Entry | null, askedAt = this.clock.now()): void {
     if (entry === null) {
       this.types?.delete(path);
-      const ttl = this.negativeRemaining(askedAt);
+      const ttl = this.remaining(askedAt, this.negativeTtl);
       if (ttl === null) this.stats?.delete(`s:${path}`);
       else this.stats?.set(`s:${path}`, MISSING, { ttl });
       return;

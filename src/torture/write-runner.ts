@@ -109,9 +109,10 @@ export class WriteDifferential {
 
   constructor(private readonly opts: WriteDiffOptions) {
     const common = { ...(opts.python ? { python: opts.python } : {}), ...(opts.opTimeoutMs ? { opTimeoutMs: opts.opTimeoutMs } : {}) };
-    this.mount = new OpServer({ root: opts.mountRoot, ...common, ...(opts.mountServerScript ? { script: opts.mountServerScript } : {}) });
+    const mountServer = (root: string) => new OpServer({ root, ...common, ...(opts.mountServerScript ? { script: opts.mountServerScript } : {}) });
+    this.mount = mountServer(opts.mountRoot);
     this.local = new OpServer({ root: opts.localRoot, inodes: true, ...common });
-    this.other = opts.otherMountRoot ? new OpServer({ root: opts.otherMountRoot, ...common, ...(opts.mountServerScript ? { script: opts.mountServerScript } : {}) }) : null;
+    this.other = opts.otherMountRoot ? mountServer(opts.otherMountRoot) : null;
     this.active = this.mount;
     this.switchDraw = seededRandom(opts.seed ^ 0x2d0c);
     this.report = { seed: opts.seed, steps: 0, mismatchCount: 0, mismatches: [], snapshots: 0, bucketChecks: 0, allowed: {}, errnos: {}, bytesWritten: 0, maxOpenHandles: 0, mountSwitches: 0 };
@@ -120,6 +121,11 @@ export class WriteDifferential {
   /** Which mount operations on paths go to now (for logs). */
   get activeMount(): 'first' | 'second' {
     return this.active === this.mount ? 'first' : 'second';
+  }
+
+  /** The mount not in use now, of the two (`other` is the second). */
+  private inactive(other: OpServer): OpServer {
+    return this.active === this.mount ? other : this.mount;
   }
 
   /** The mount an operation goes to: its handle's, else the active one. */
@@ -131,7 +137,7 @@ export class WriteDifferential {
   private async maybeSwitch(index: number): Promise<void> {
     if (!this.other || this.handleMount.size > 0 || this.handleIno.size > 0) return;
     if (this.switchDraw() >= (this.opts.switchRate ?? 0.3)) return;
-    this.active = this.active === this.mount ? this.other : this.mount;
+    this.active = this.inactive(this.other);
     this.report.mountSwitches++;
     // Half the time the next operations meet whatever the mount still holds from its last turn; a
     // snapshot would read every file first.
@@ -282,7 +288,7 @@ export class WriteDifferential {
     await this.compareBucket(this.report.steps, local);
     // With every handle closed (not so after an early stop), the mount not in use must show the same tree.
     if (this.other && this.handleMount.size === 0 && this.handleIno.size === 0) {
-      this.active = this.active === this.mount ? this.other : this.mount;
+      this.active = this.inactive(this.other);
       await this.compareSnapshots(this.report.steps);
     }
     await this.close();
