@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { chmodSync, closeSync, constants as fsConstants, lstatSync, openSync, renameSync, statSync } from 'node:fs';
-import { lockExclusively } from '../file-lock.js';
+import { lockExclusively, takeExclusiveLock } from '../file-lock.js';
 
 /** One cached block as the index knows it. `key` also names the block's file. */
 export interface BlockRow {
@@ -168,20 +168,20 @@ export class BlockIndex {
     // the mode of the database file: object names are nobody else's business. O_NOFOLLOW: never a
     // planted symlink. Creating the file is the one thing done in the cache dir before the lock.
     closeSync(openSync(path, fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600));
-    // timeout 0: a locked index is reported at once, not after a silent five-second wait.
-    const db = new Database(path, { timeout: 0 });
-    try {
-      db.pragma('locking_mode = EXCLUSIVE');
-      db.pragma('journal_mode = WAL');
-      // A crash may lose the last transactions, never corrupt the file; each block is checked anyway.
-      db.pragma('synchronous = NORMAL');
-      db.pragma('wal_autocheckpoint = 0');
-      db.exec('BEGIN EXCLUSIVE; COMMIT;');
-    } catch (err) {
-      db.close();
-      if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new IndexLockedError(`${path} is locked by another process`);
-      throw err;
-    }
+    // timeout 0: a locked index is reported within lockExclusively's short retries, not after a silent
+    // five-second wait.
+    const db = lockExclusively(
+      () => new Database(path, { timeout: 0 }),
+      (d) => {
+        d.pragma('locking_mode = EXCLUSIVE');
+        d.pragma('journal_mode = WAL');
+        // A crash may lose the last transactions, never corrupt the file; each block is checked anyway.
+        d.pragma('synchronous = NORMAL');
+        d.pragma('wal_autocheckpoint = 0');
+        takeExclusiveLock(d);
+      },
+      () => new IndexLockedError(`${path} is locked by another process`),
+    );
     // Ours now: an index (and journal) left by an older gcsmount or another umask becomes owner-only too.
     for (const file of [path, `${path}-wal`, `${path}-shm`]) {
       try {
@@ -403,9 +403,15 @@ export class BlockIndex {
  * meanwhile. Throws IndexLockedError when a process holds it, SQLite's error when it is no index.
  */
 export function holdIndexLock(path: string): { release(): void } {
-  const db = new Database(path, { timeout: 0, fileMustExist: true });
   // Locked before the first read: an exclusive WAL connection keeps its index in memory, no -shm file.
-  lockExclusively(db, () => new IndexLockedError(`${path} is locked by another process`), { then: () => db.pragma('wal_checkpoint(TRUNCATE)') });
+  const db = lockExclusively(
+    () => new Database(path, { timeout: 0, fileMustExist: true }),
+    (d) => {
+      takeExclusiveLock(d);
+      d.pragma('wal_checkpoint(TRUNCATE)');
+    },
+    () => new IndexLockedError(`${path} is locked by another process`),
+  );
   return { release: () => db.close() };
 }
 
