@@ -32,3 +32,10 @@ node -e "require('better-sqlite3')(':memory:').close(); require('./native/build/
   || { echo "setup: native modules did not build (better-sqlite3, native/gcsmount_fuse)" >&2; exit 1; }
 
 npm run --silent build
+
+# The kernel's FUSE control file system (/sys/fs/fuse/connections: each mount's max_background and
+# congestion_threshold, and its abort file for a hung mount), which systemd mounts at boot; a machine
+# started without it (a container, this VM on some boots) has the folder empty. The tests read it.
+if [ -d /sys/fs/fuse/connections ] && ! mountpoint -q /sys/fs/fuse/connections && [ "$(id -u)" -eq 0 ]; then
+  mount -t fusectl fusectl /sys/fs/fuse/connections || echo "setup: could not mount fusectl on /sys/fs/fuse/connections" >&2
+fi
