@@ -1,5 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/observe/logger.js';
 import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
@@ -206,6 +207,25 @@ describe('operating a mount', () => {
     await unmount(m.path);
   });
 
+  it('rotates a --log-file already past --log-rotate-max-file-size-mb as it starts writing to it, gzipped', async () => {
+    const dir = await tempDir('daemonlog');
+    const logFile = join(dir, 'gcsmount.log');
+    const before = '{"msg":"from an earlier run"}\n'.repeat(40_000);
+    await fsp.writeFile(logFile, before);
+    const m = await mount({ tb, foreground: true, logFile, args: ['--log-rotate-max-file-size-mb', '1'] });
+    try {
+      await eventually(async () => (await fsp.readdir(dir)).some((n) => n.endsWith('.log.gz')));
+      const gz = (await fsp.readdir(dir)).find((n) => n.endsWith('.log.gz'))!;
+      expect(gz).toMatch(/^gcsmount-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log\.gz$/);
+      const rotated = gunzipSync(await fsp.readFile(join(dir, gz))).toString('utf8');
+      expect(rotated.startsWith(before)).toBe(true);
+      await eventually(async () => `${rotated}${await fsp.readFile(logFile, 'utf8')}`.includes('"msg":"mounted"'));
+      expect((await fsp.stat(logFile)).size).toBeLessThan(MIB);
+    } finally {
+      await unmount(m.path);
+    }
+  });
+
   it("keeps answering right while its log's disk is full, and says in the log what it lost once there is room", async () => {
     const logDir = await tempDir('logfs');
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', logDir])).code).toBe(0);
@@ -252,6 +272,60 @@ describe('operating a mount', () => {
 });
 
 describe("the daemon's log on a full disk", () => {
+  /** Every JSON line of a log directory's files, oldest file first (backups sort by their time). */
+  const linesOf = async (dir: string, current: string): Promise<string[]> => {
+    const names = (await fsp.readdir(dir)).filter((n) => /^gcsmount-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log(\.gz)?$/.test(n)).sort();
+    const texts = await Promise.all([...names.map((n) => join(dir, n)), current].map(async (f) => {
+      const raw = await fsp.readFile(f);
+      return (f.endsWith('.gz') ? gunzipSync(raw) : raw).toString('utf8');
+    }));
+    return texts.join('').split('\n').filter((l) => l !== '').map((l) => (JSON.parse(l) as { msg: string }).msg);
+  };
+
+  it('rotates its log file by size as gcsfuse does: gzipped backups named by time, the oldest past the count removed, nothing else touched', async () => {
+    const dir = await tempDir('logrotate');
+    const file = join(dir, 'gcsmount.log');
+    // Not backups: names of another shape stay whatever rotation does.
+    for (const other of ['gcsmount-notes.log', 'other.log', 'gcsmount-2020-01-01T00-00-00.000.txt']) await fsp.writeFile(join(dir, other), 'keep');
+    const { log, rotationsSettled } = createLogger({ severity: 'info', file, rotation: { maxBytes: 64 * 1024, backups: 2, compress: true } });
+    const pad = 'x'.repeat(500);
+    const name = (i: number) => `line ${String(i).padStart(5, '0')}`;
+    // 600 lines of about 560 bytes: five rotations at 64 KiB.
+    for (let i = 0; i < 600; i++) {
+      log.info({ pad }, name(i));
+      if (i % 20 === 19) await new Promise((r) => setImmediate(r));
+    }
+    await new Promise((r) => setImmediate(r));
+    await rotationsSettled();
+    const names = (await fsp.readdir(dir)).sort();
+    const backups = names.filter((n) => /^gcsmount-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log\.gz$/.test(n));
+    expect(backups, names.join(' ')).toHaveLength(2);
+    expect(names).toEqual([...backups, 'gcsmount-2020-01-01T00-00-00.000.txt', 'gcsmount-notes.log', 'gcsmount.log', 'other.log'].sort());
+    for (const other of ['gcsmount-notes.log', 'other.log', 'gcsmount-2020-01-01T00-00-00.000.txt']) expect(await fsp.readFile(join(dir, other), 'utf8')).toBe('keep');
+    // What is kept is the newest lines, every one of them, in order: a rotation loses nothing.
+    const kept = await linesOf(dir, file);
+    expect(kept.length).toBeGreaterThan(200);
+    expect(kept).toEqual(Array.from({ length: kept.length }, (_, i) => name(600 - kept.length + i)));
+    for (const b of backups) expect((await fsp.stat(join(dir, b))).size).toBeLessThan(64 * 1024);
+  });
+
+  it('keeps every rotated log with a backup count of 0, uncompressed when asked', async () => {
+    const dir = await tempDir('logrotate-all');
+    const file = join(dir, 'gcsmount.log');
+    const { log, rotationsSettled } = createLogger({ severity: 'info', file, rotation: { maxBytes: 32 * 1024, backups: 0, compress: false } });
+    const name = (i: number) => `line ${String(i).padStart(5, '0')}`;
+    for (let i = 0; i < 400; i++) {
+      log.info({ pad: 'y'.repeat(300) }, name(i));
+      if (i % 10 === 9) await new Promise((r) => setImmediate(r));
+    }
+    await new Promise((r) => setImmediate(r));
+    await rotationsSettled();
+    const backups = (await fsp.readdir(dir)).filter((n) => n !== 'gcsmount.log');
+    expect(backups.length).toBeGreaterThanOrEqual(4);
+    for (const b of backups) expect(b).toMatch(/^gcsmount-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log$/);
+    expect(await linesOf(dir, file)).toEqual(Array.from({ length: 400 }, (_, i) => name(i)));
+  });
+
   it('holds 1 MiB of lines, drops and counts the rest, and writes what it held, in order, once there is room', async () => {
     const dir = await tempDir('logfull');
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir])).code).toBe(0);

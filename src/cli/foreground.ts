@@ -30,10 +30,15 @@ function asUserError(err: unknown, bucket: string): UserError | null {
 
 /** The daemon's life in this process: mount, serve until a signal or the mount's removal, stop cleanly. */
 export async function runForeground(opts: MountOptions): Promise<number> {
-  const { log, reopen, lostLines } = createLogger({
+  const { log, reopen, lostLines, rotationsSettled } = createLogger({
     severity: severityFrom(opts.values['log-severity']),
     file: opts.values['log-file'] || null,
     format: opts.values['log-format'] === 'text' ? 'text' : 'json',
+    rotation: {
+      maxBytes: opts.values['log-rotate-max-file-size-mb'] * 2 ** 20,
+      backups: opts.values['log-rotate-backup-file-count'],
+      compress: opts.values['log-rotate-compress'],
+    },
   });
   for (const notice of opts.notices) log.warn({ notice }, notice);
   // A promise that fails with nobody listening would end Node 20 at once, silently (a daemon's stderr
@@ -90,8 +95,9 @@ export async function runForeground(opts: MountOptions): Promise<number> {
       }
       stopping = true;
       log.info({ why }, 'unmounting');
+      // A rotated log being gzipped is finished first: otherwise it is left as a backup and half a gzip.
       stop().then(
-        () => resolve(EXIT.ok),
+        () => rotationsSettled().then(() => resolve(EXIT.ok)),
         (err: Error) => {
           log.error({ err: err.message }, 'clean shutdown failed');
           resolve(EXIT.internal);

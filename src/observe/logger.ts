@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { LogRotation, type LogRotationConfig } from './log-rotation.js';
 import { textDestination } from './log-text.js';
 
 export type { Logger };
@@ -28,6 +29,8 @@ export interface LoggerConfig {
   file: string | null;
   /** gcsfuse's --log-format: JSON lines, or `key=value` text lines. */
   format?: 'json' | 'text';
+  /** Rotation of `file` by size (gcsfuse's `logging.log-rotate`); none when absent. */
+  rotation?: LogRotationConfig;
 }
 
 /** Log bytes held while the log's disk refuses writes (full, or failing); lines past this are dropped, and counted. */
@@ -40,6 +43,8 @@ export interface DaemonLogger {
   reopen(): void;
   /** Log lines dropped so far because the log could not be written. */
   lostLines(): number;
+  /** The gzips and clean-ups of rotated logs, finished. */
+  rotationsSettled(): Promise<void>;
 }
 
 export function createLogger(cfg: LoggerConfig): DaemonLogger {
@@ -76,7 +81,14 @@ export function createLogger(cfg: LoggerConfig): DaemonLogger {
       reportedLost = lost;
     });
   });
-  return { log, reopen: () => (cfg.file ? dest.reopen() : undefined), lostLines: () => lost };
+  const rotation = cfg.file && cfg.rotation ? new LogRotation(cfg.file, cfg.rotation, dest, (fields, msg) => setImmediate(() => log.warn(fields, msg))) : null;
+  if (rotation) dest.on('write', (n: number) => rotation.wrote(n));
+  const reopen = (): void => {
+    if (!cfg.file) return;
+    dest.reopen();
+    rotation?.reopened();
+  };
+  return { log, reopen, lostLines: () => lost, rotationsSettled: () => rotation?.settled() ?? Promise.resolve() };
 }
 
 export const silentLogger: Logger = pino({ level: 'silent' });
