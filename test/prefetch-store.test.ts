@@ -40,6 +40,27 @@ describe('PrefetchStore', () => {
     expect(store.has(b)).toBe(true); // opened: never fetched again
   });
 
+  it('makes room for new fetches from blocks of files opened since, oldest first, never from guesses not yet opened', () => {
+    const metrics = new Metrics();
+    const store = new PrefetchStore(24, metrics);
+    const [a, b, c] = [meta('y/a', '1'), meta('y/b', '1'), meta('y/c', '1')];
+    for (const m of [a, b, c]) store.started(m);
+    // a's reader opened it while its block was on the way (and read it from that download).
+    store.opened(a);
+    store.arrived(a, 0, block(8));
+    store.arrived(b, 0, block(8));
+    store.opened(b);
+    store.arrived(c, 0, block(8)); // not opened: a guess still waiting for its reader
+    expect(store.fits(8)).toBe(true); // a's block makes room
+    expect(store.take(a, 0)).toBeNull();
+    expect(store.fits(16)).toBe(true); // then b's
+    expect(store.take(b, 0)).toBeNull();
+    expect(store.fits(24)).toBe(false); // c's is kept for its reader
+    expect(store.take(c, 0)?.bytes.length).toBe(8);
+    expect(metrics.snapshot().counters.prefetch_evicted_bytes).toBe(16);
+    expect(metrics.snapshot().counters.prefetch_wasted_bytes ?? 0).toBe(0);
+  });
+
   it('closes with files of several blocks held', () => {
     const store = new PrefetchStore(1 << 20, new Metrics());
     const big = meta('s/shard-1.tar', '1', 24);

@@ -48,9 +48,25 @@ export class PrefetchStore implements PrefetchedBlocks {
     return this.files.has(fileId(meta));
   }
 
-  /** Room for `bytes` more in memory (always true when a disk cache holds the blocks). */
+  /**
+   * Room for `bytes` more in memory (always true when a disk cache holds the blocks). Blocks of files
+   * opened since they were fetched make room, the oldest first: a reader that opened a file while its
+   * download was in flight got the block from that download, and the store's own reference then waits
+   * for a read that never comes. Only new arrivals pushed those out, and with the store full no fetch
+   * started: prefetch stopped for good once readers had caught up with it for the store's size.
+   */
   fits(bytes: number): boolean {
-    return !this.holdsInMemory || this.heldBytes + bytes <= this.memoryBudget;
+    if (!this.holdsInMemory) return true;
+    if (this.heldBytes + bytes > this.memoryBudget) {
+      for (const [id, h] of this.held) {
+        if (this.heldBytes + bytes <= this.memoryBudget) break;
+        if (h.file !== '') continue;
+        this.drop(id, false);
+        this.metrics.inc('prefetch_evicted_bytes', h.data.bytes.length);
+        h.data.release();
+      }
+    }
+    return this.heldBytes + bytes <= this.memoryBudget;
   }
 
   /** A file is on its way. */
@@ -76,7 +92,8 @@ export class PrefetchStore implements PrefetchedBlocks {
     if (!this.holdsInMemory) return data.release();
     const id = blockId(meta, index);
     if (this.held.has(id)) return data.release();
-    this.held.set(id, { data, file });
+    // A file opened before its block arrived: no longer a guess (see opened()).
+    this.held.set(id, { data, file: t.opened ? '' : file });
     t.blocks.add(id);
     this.heldBytes += data.bytes.length;
     while (this.heldBytes > this.memoryBudget && this.held.size > 0) this.drop(this.held.keys().next().value!, true);
