@@ -419,4 +419,40 @@ describe('a reader joining a guess', () => {
     for (const b of await Promise.all([busy, guessed, readahead, read])) b.release();
     expect(started).toEqual(['x', 'small', 'y']);
   });
+
+  it('moves a queued guess ahead of readahead when a reader waits on it elsewhere (promote: a read parked in the addon, a shard read waiting on its index)', async () => {
+    const started: string[] = [];
+    let openGate: (() => void) | null = null;
+    const client: ObjectClient = {
+      bucket: 'b',
+      probeBucket: async () => undefined,
+      statObject: async () => null,
+      list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
+      readRange: (object, start, end, into) =>
+        new Promise((resolve) => {
+          started.push(`${object.name}@${start}`);
+          const done = (): void => resolve(into!.subarray(0, end - start).fill(1));
+          if (object.name === 'x') openGate = done;
+          else setTimeout(done, 1);
+        }),
+    };
+    const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
+    const meta = (name: string, size: number): ObjectMeta => ({ name, size, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null });
+    const tick = () => new Promise((r) => setTimeout(r, 5));
+    const busy = source.get(meta('x', BLOCK), 0, 'demand');
+    await tick();
+    // Guesses: the second block of a large object, and a small object fetched whole; then readahead.
+    const block = source.get(meta('big', 64 * BLOCK), 1, 'prefetch');
+    const whole = source.get(meta('small', 2 * BLOCK), 1, 'prefetch');
+    await tick();
+    const readahead = source.get(meta('y', BLOCK), 0, 'readahead');
+    await tick();
+    // Readers wait on both without asking the source; promoting what is not on its way starts nothing.
+    source.promote(meta('big', 64 * BLOCK), 1);
+    source.promote(meta('small', 2 * BLOCK), 1);
+    source.promote(meta('nothing', BLOCK), 0);
+    openGate!();
+    for (const b of await Promise.all([busy, block, whole, readahead])) b.release();
+    expect(started).toEqual(['x@0', `big@${BLOCK}`, 'small@0', 'y@0']);
+  });
 });

@@ -114,3 +114,62 @@ describe('ShardFollower: a crowd of readers through a sharded array', () => {
     expect(Math.max(...asked.map((a) => a.shard))).toBe(SHARDS - 1);
   });
 });
+
+describe('ShardFollower: a shard the walk reached first, then its reader', () => {
+  it("promotes the shard index's load the walk queued as a guess once the reader opens that shard", async () => {
+    const PER_SHARD = 8;
+    const INNER = 1000;
+    const BLOCK = 4096;
+    const doc = JSON.stringify({
+      zarr_format: 3,
+      node_type: 'array',
+      shape: [4 * PER_SHARD],
+      chunk_grid: { name: 'regular', configuration: { chunk_shape: [PER_SHARD] } },
+      codecs: [{ name: 'sharding_indexed', configuration: { chunk_shape: [1], index_codecs: [{ name: 'bytes', configuration: { endian: 'little' } }] } }],
+    });
+    const layout = parseArrayMetadata('zarr.json', doc)!;
+    const index = Buffer.alloc(PER_SHARD * 16);
+    for (let e = 0; e < PER_SHARD; e++) {
+      index.writeBigUInt64LE(BigInt(e * INNER), e * 16);
+      index.writeBigUInt64LE(BigInt(INNER), e * 16 + 8);
+    }
+    const shardBytes = Buffer.concat([Buffer.alloc(PER_SHARD * INNER), index]);
+    const shards = Array.from({ length: 4 }, (_, s): ObjectMeta => ({ name: `arr/c/${s}`, size: shardBytes.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null }));
+    const indexBlock = Math.floor((PER_SHARD * INNER) / BLOCK);
+    const guesses: string[] = [];
+    const promoted: string[] = [];
+    const blocks = {
+      blockSize: BLOCK,
+      get: (meta: ObjectMeta, b: number, priority: string) => {
+        const bytes = shardBytes.subarray(b * BLOCK, Math.min(shardBytes.length, (b + 1) * BLOCK));
+        const data = { bytes, release: () => undefined, retain() { return this; } };
+        // Shard 0's blocks come; a guess for another shard stays queued behind the mount's other downloads.
+        if (meta.name === 'arr/c/0' || priority !== 'prefetch') return Promise.resolve(data);
+        guesses.push(`${meta.name}#${b}`);
+        return new Promise(() => undefined);
+      },
+      promote: (meta: ObjectMeta, b: number) => promoted.push(`${meta.name}#${b}`),
+      cached: () => false,
+      getRange: () => null,
+    } as unknown as BlockSource;
+    const follower = new ShardFollower({
+      blocks,
+      store: { holdsInMemory: false } as unknown as PrefetchStore,
+      metrics: new Metrics(),
+      log: silentLogger,
+      file: async (path: string) => shards[Number(path.slice('/arr/c/'.length))] ?? null,
+      turn: async () => true,
+      start: () => true,
+    });
+    const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
+    follower.shardOpened(array, [0], shards[0]!);
+    for (let p = 0; p < PER_SHARD; p++) {
+      follower.read(shards[0]!, p * INNER);
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    }
+    expect(guesses).toContain(`arr/c/1#${indexBlock}`);
+    expect(promoted).toEqual([]);
+    follower.shardOpened(array, [1], shards[1]!);
+    expect(promoted).toEqual([`arr/c/1#${indexBlock}`]);
+  });
+});

@@ -225,6 +225,17 @@ export class BlockSource {
     return { key: blockFileKey(key), landed: this.toDisk.landing(id, key, loading?.promise ?? null) };
   }
 
+  /**
+   * A reader waits on block `index` without asking this source for it (a read parked in the addon for a
+   * block on its way, a shard's read waiting on its index's load): the block's load, or the whole
+   * object's it is part of, goes ahead of guesses. A queued prefetch otherwise waited behind every demand
+   * and readahead download of the mount (a native read for up to its 10 s limit). Starts nothing.
+   */
+  promote(meta: ObjectMeta, index: number): void {
+    const p = this.blocks.get(blockId(meta, index)) ?? (this.fetchedWhole(meta) ? this.wholes.get(fileId(meta)) : undefined);
+    if (p) demand(p);
+  }
+
   /** Whether the object's blocks are fetched in one download (see wholeObjectThreshold). */
   private fetchedWhole(meta: ObjectMeta): boolean {
     return meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold;

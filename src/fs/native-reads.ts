@@ -140,6 +140,9 @@ export class NativeReads {
       flush(i);
       const coming = this.blocks.coming(meta, i);
       if (!coming || !this.fuse.expectBlock(file, i, coming.key)) break;
+      // The block a read starts at (an open's first read, or this read's own) is waited on in the addon:
+      // its download must not wait behind the mount's other downloads as the guess it may have been.
+      if (i === first) this.blocks.promote(meta, i);
       this.tellLanding(coming.key, coming.landed);
     }
     flush(i);

@@ -123,6 +123,7 @@ export class ShardFollower {
       // The reader reads the index itself and goes on before ours arrives: its read waits for ours
       // (as it would for the block), or it would fetch a whole block for a small chunk.
       const loading = this.indexes.get(id);
+      if (loading) this.promoteIndex(shard.array.sharding, meta);
       return loading ? loading.then((loaded) => (loaded && this.parsed.has(id) ? (this.rangeFor(meta, pos, size) as ByteRange | null) : null)) : null;
     }
     const indexAt = indexRange(shard.array.sharding, meta.size);
@@ -272,7 +273,11 @@ export class ShardFollower {
   private indexOf(sharding: Sharding, meta: ObjectMeta, priority: Priority, alone = false): Promise<ShardIndex | null> {
     const id = fileId(meta);
     const known = this.indexes.get(id);
-    if (known) return known;
+    if (known) {
+      // Asked for ahead of the reader, and now the reader is here: its load is no longer a guess.
+      if (priority === 'demand' && !this.parsed.has(id)) this.promoteIndex(sharding, meta);
+      return known;
+    }
     // Whatever went wrong, no index: the shard is read by blocks and asked again by the next round.
     const loading = this.loadIndex(sharding, meta, priority, alone).catch(() => null).then((index) => {
       if (index) remember(this.parsed, id, index);
@@ -284,6 +289,14 @@ export class ShardFollower {
     });
     remember(this.indexes, id, loading);
     return loading;
+  }
+
+  /** The blocks of a shard's index whose load a reader now waits on (see BlockSource.promote). */
+  private promoteIndex(sharding: Sharding, meta: ObjectMeta): void {
+    const range = indexRange(sharding, meta.size);
+    if (!range) return;
+    const bs = this.deps.blocks.blockSize;
+    for (let b = Math.floor(range.start / bs); b <= Math.floor((range.end - 1) / bs); b++) this.deps.blocks.promote(meta, b);
   }
 
   /** `alone`: the index's bytes by themselves when they are at most ALONE_SHARE of a block (BlockSource.getRange), not its blocks. */

@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import type { BlockSource } from '../src/blocks/block-source.js';
+import type { DiskCache } from '../src/blocks/disk-cache.js';
+import type { FuseAddon, NativeFile } from '../src/fs/kernel.js';
+import { NativeReads } from '../src/fs/native-reads.js';
+import type { ObjectMeta } from '../src/gcs/object-client.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { Metrics } from '../src/observe/metrics.js';
+
+/**
+ * A read of a block on its way to disk waits in the addon, where JavaScript does not see it: the block
+ * it starts at must be promoted as it is registered, or a prefetch still queued behind the mount's other
+ * downloads kept it waiting up to the addon's 10 s limit. The blocks after it are expectations only.
+ */
+describe('registering blocks on their way to disk with the native side', () => {
+  it("promotes the download of the block the read starts at, and only that one", () => {
+    const promoted: number[] = [];
+    const expected: number[] = [];
+    const fuse = {
+      startNativeReads: () => true,
+      nativeStats: () => new Array(16).fill(0),
+      expectBlock: (_file: NativeFile, block: number) => {
+        expected.push(block);
+        return true;
+      },
+      addBlocks: () => undefined,
+      blockLanded: () => undefined,
+    } as unknown as FuseAddon;
+    const blocks = {
+      blockSize: 1024,
+      inMemory: () => false,
+      diskRow: () => null,
+      coming: (_meta: ObjectMeta, i: number) => ({ key: `k${i}`, landed: new Promise(() => undefined) }),
+      promote: (_meta: ObjectMeta, i: number) => promoted.push(i),
+    } as unknown as BlockSource;
+    const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
+    const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
+    const meta: ObjectMeta = { name: 'a/0.0', size: 8 * 1024, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+    expect(reads.register({} as NativeFile, meta, 2, 4)).toBe(4);
+    expect(expected).toEqual([2, 3, 4, 5]);
+    expect(promoted).toEqual([2]);
+  });
+});
