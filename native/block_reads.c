@@ -67,7 +67,12 @@ static void serve(struct job *j) {
   uint64_t bad_block = 0;
   unsigned got = 0;
   pthread_mutex_lock(&br_lock);
-  for (unsigned i = 0; i < n; i++) {
+  // Resized since `size` was read (an upload landed: br_file_resize, which also clears the blocks, and
+  // JavaScript may have registered the new generation's since): the read goes back. Its span and the
+  // blocks' lengths must come from one size, or a block shorter than the read's offset in it made a
+  // reply of 2^64 bytes, which failed, and the reader waited for an answer for ever.
+  if (br_file_size(f) != size) reason = BR_BUSY;
+  for (unsigned i = 0; reason == BR_OK && i < n; i++) {
     struct reg *r = br_find_reg(f, first + i);
     if (!r) {
       // Replaced in the ring since the read was queued.
@@ -78,7 +83,7 @@ static void serve(struct job *j) {
   }
   pthread_mutex_unlock(&br_lock);
   for (unsigned i = 0; reason == BR_OK && i < n; i++) {
-    slots[i] = br_acquire(&regs[i], br_block_len(f, first + i), 1, 0, &reason);
+    slots[i] = br_acquire(&regs[i], br_block_len_at(f, first + i, size), 1, 0, &reason);
     if (slots[i]) got++;
     else if (reason != BR_BUSY && reason != BR_UNAVAILABLE && reason != BR_NOT_LANDED) {
       bad = regs[i].key;

@@ -90,6 +90,8 @@ int br_may_wait(void *userdata);
 struct reg *br_find_reg(struct br_file *f, uint64_t block);
 uint64_t br_file_size(const struct br_file *f);
 uint32_t br_block_len(const struct br_file *f, uint64_t block);
+// The length block `block` has in a file of `size` bytes (a size read once, for a whole read).
+uint32_t br_block_len_at(const struct br_file *f, uint64_t block, uint64_t size);
 // Sends job `j` (a read of registered blocks) on: to the workers when none of its blocks is on its way
 // (or those that are are in memory already, br_lend), else parked on the first that is (or, where it
 // may not wait, given back). Under br_lock.

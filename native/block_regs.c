@@ -84,12 +84,13 @@ void br_file_resize(struct br_file *f, uint64_t size) {
 
 uint64_t br_file_size(const struct br_file *f) { return atomic_load_explicit(&f->size, memory_order_relaxed); }
 
-uint32_t br_block_len(const struct br_file *f, uint64_t block) {
+uint32_t br_block_len_at(const struct br_file *f, uint64_t block, uint64_t size) {
   uint64_t start = block * f->block_size;
-  uint64_t size = br_file_size(f);
   uint64_t left = size > start ? size - start : 0;
   return (uint32_t)(left < f->block_size ? left : f->block_size);
 }
+
+uint32_t br_block_len(const struct br_file *f, uint64_t block) { return br_block_len_at(f, block, br_file_size(f)); }
 
 
 // ------------------------------------------------------------------ blocks on their way to disk
