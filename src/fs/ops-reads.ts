@@ -47,6 +47,11 @@ export class ReadOps {
     if (writing) return a.error(Errno.EROFS);
     this.ctx.entryOf(path).then(
       (entry) => {
+        // A writer opened the path while this open waited for its entry (filled by a listing meanwhile,
+        // its own open found it at once): it told the readers open then, and this one was not among them.
+        // Registered with the native side here it would read the object's old bytes where the writer's
+        // are, so it reads as any handle opened beside a writer does.
+        if (this.ctx.writeOps && this.ctx.writes?.stateOf(path)) return this.ctx.writeOps.open(a, ino, flags);
         if (!entry) return a.error(Errno.ENOENT);
         if (entry.kind === 'dir') return a.error(Errno.EISDIR);
         const meta = handles.generationFor(path, entry.meta);
