@@ -70,6 +70,27 @@ describe('the block cache on disk', () => {
     expect(counters.block_fetches).toBe(0);
   });
 
+  it('keeps only the objects --file-cache-include-regex takes and --file-cache-exclude-regex leaves, as gcsfuse does', async () => {
+    const cacheDir = await tempDir('cache');
+    const args = ['--cache-dir', cacheDir, '--file-cache-include-regex', `^${tb.bucket}/many/`, '--file-cache-exclude-regex', 'f0[0-4]\\.bin$'];
+    const keeps = (name: string) => name.startsWith('many/') && !/f0[0-4]\.bin$/.test(name);
+    const first = await mount({ tb, args });
+    for (const n of ['many/f00.bin', 'many/f05.bin', 'big/fifty.bin']) expect(await sha256Of(join(first.path, n)), n).toBe(sha256(files[n]!));
+    await unmount(first.path);
+    // What prefetch fetched besides (the folder's next files) obeys the patterns too.
+    const kept = [...new Set(indexRows(cacheDir).map((r) => r.object))];
+    expect(kept).toContain('many/f05.bin');
+    for (const o of kept) expect(keeps(o), o).toBe(true);
+    // A new mount (no page cache): the kept file costs no download, the excluded one is fetched again.
+    const second = await mount({ tb, args, mountPoint: first.path });
+    tb.emulator.resetStats();
+    expect(await sha256Of(join(second.path, 'many/f05.bin'))).toBe(sha256(files['many/f05.bin']!));
+    expect(tb.emulator.stats().requests.media).toBe(0);
+    expect(await sha256Of(join(second.path, 'many/f01.bin'))).toBe(sha256(files['many/f01.bin']!));
+    expect(tb.emulator.stats().requests.media).toBeGreaterThan(0);
+    await unmount(second.path);
+  });
+
   it('stays within its budget plus one block, keeping the most recently read blocks', async () => {
     const cacheDir = await tempDir('cache');
     const m = await mount({ tb, args: ['--cache-dir', cacheDir, '--file-cache-max-size-mb', '64'] });

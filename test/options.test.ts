@@ -4,6 +4,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { rmSync } from 'node:fs';
+import { cacheFilter } from '../src/blocks/cache-filter.js';
 import { formatHelp, formatValue, optionsTableMarkdown } from '../src/cli/help.js';
 import {
   getBool,
@@ -475,11 +476,10 @@ gcsmount:
 describe('notices', () => {
   it('names each ignored, planned or deprecated option the user set', () => {
     const file = yamlFile('write:\n  enable-rapid-appends: false\n');
-    const o = parse('--app-name', 'x', '--file-cache-exclude-regex', 'x', '--stat-cache-ttl', '10s', '--debug_fuse',
+    const o = parse('--app-name', 'x', '--stat-cache-ttl', '10s', '--debug_fuse',
       '--config-file', file, 'b', '/m');
-    expect(o.notices).toHaveLength(5);
+    expect(o.notices).toHaveLength(4);
     expect(o.notices.find((s) => s.startsWith('--app-name'))).toMatch(/accepted for gcsfuse compatibility and ignored.*user agent/);
-    expect(o.notices.find((s) => s.startsWith('--file-cache-exclude-regex'))).toMatch(/no effect yet/);
     expect(o.notices.find((s) => s.startsWith('--stat-cache-ttl'))).toMatch(/deprecated: use --metadata-cache-ttl-secs/);
     expect(o.notices.find((s) => s.startsWith('--debug_fuse'))).toMatch(/ignored.*log-severity trace/);
     expect(o.notices.find((s) => s.includes("'write.enable-rapid-appends'"))).toMatch(/ignored/);
@@ -604,5 +604,28 @@ describe('call sites', () => {
         expect(PARAM_BY_FLAG.has(flag), `${file}: ${flag}`).toBe(true);
       }
     }
+  });
+});
+
+describe("the disk cache's include and exclude patterns (gcsfuse's --file-cache-*-regex)", () => {
+  it('match BUCKET/OBJECT anywhere unless anchored; exclusion wins; either alone works', () => {
+    const both = cacheFilter('era5', '^era5/zarr/', '\\.tmp$')!;
+    expect(both('zarr/t2m/0.0')).toBe(true);
+    expect(both('zarr/t2m/0.0.tmp')).toBe(false); // included and excluded: excluded
+    expect(both('logs/x')).toBe(false); // not included
+    expect(cacheFilter('era5', '', 'scratch')!('a/scratch/b')).toBe(false);
+    expect(cacheFilter('era5', '', 'scratch')!('a/b')).toBe(true);
+    expect(cacheFilter('era5', 'era5/a', '')!('x/b')).toBe(false); // the bucket name comes first: era5/x/b
+    expect(cacheFilter('era5', 'era5/a', '')!('a/b')).toBe(true);
+    expect(cacheFilter('era5', '', '')).toBeNull();
+  });
+
+  it("take Go's leading flags and named groups, and refuse a pattern that is no regular expression with one line (exit 2)", () => {
+    expect(cacheFilter('b', '(?i)\\.ZARR/', '')!('x.zarr/0')).toBe(true);
+    expect(cacheFilter('b', '(?P<store>[a-z]+)\\.zarr/', '')!('era.zarr/0')).toBe(true);
+    expect(cacheFilter('b', '', 'a\\-b')!('a-b')).toBe(false);
+    expectOptionError(() => parse('--file-cache-exclude-regex', '(unclosed', 'b', '/m'), '--file-cache-exclude-regex', 'not a valid regular expression');
+    expectOptionError(() => parse('--file-cache-include-regex', '(?U)a+', 'b', '/m'), '--file-cache-include-regex', '(?U)');
+    expect(parse('--file-cache-include-regex', '(?i)x', 'b', '/m').values['file-cache-include-regex']).toBe('(?i)x');
   });
 });

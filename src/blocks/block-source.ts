@@ -7,6 +7,7 @@ import { slice, unpooled, type BlockBuffers, type BlockData } from './block-buff
 import type { BlockRow } from './block-index.js';
 import { blockFileKey } from './block-key.js';
 import { BlockLanding } from './block-landing.js';
+import type { CacheFilter } from './cache-filter.js';
 import type { BlockKey, DiskCache } from './disk-cache.js';
 import type { DownloadScheduler, Priority, Ticket } from './download-scheduler.js';
 import { RecentBlocks } from './recent-blocks.js';
@@ -43,6 +44,8 @@ export interface BlockSourceDeps {
   metrics: Metrics;
   /** Blocks fetched ahead of any open (src/prefetch) and held in memory when there is no disk cache. */
   prefetched?: PrefetchedBlocks;
+  /** Which objects the disk cache keeps (--file-cache-include-regex / -exclude-regex); null: all. */
+  cacheFilter?: CacheFilter | null;
 }
 
 /** Where load() looks before the disk cache: a block of exactly this generation, or null. */
@@ -142,7 +145,7 @@ export class BlockSource {
    * small inner chunks of shards that a reader jumps between (ShardFollower.rangeFor).
    */
   getRange(meta: ObjectMeta, offset: number, length: number, priority: 'demand' | 'prefetch' = 'demand'): Promise<BlockData> | null {
-    const disk = this.deps.disk;
+    const disk = this.diskFor(meta);
     if (!disk || length <= 0 || length > this.blockSize) return null;
     for (let b = Math.floor(offset / this.blockSize); b <= Math.floor((offset + length - 1) / this.blockSize); b++) {
       const id = blockId(meta, b);
@@ -207,7 +210,7 @@ export class BlockSource {
 
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
   cached(meta: ObjectMeta, index: number): boolean {
-    return this.toDisk.has(blockId(meta, index)) || (this.deps.disk?.lookup(this.diskKey(meta, index)) ?? null) !== null;
+    return this.toDisk.has(blockId(meta, index)) || (this.diskFor(meta)?.lookup(this.diskKey(meta, index)) ?? null) !== null;
   }
 
   /**
@@ -216,7 +219,7 @@ export class BlockSource {
    * download, no room, no disk write). Null when it is not on its way (on disk already, or not asked for).
    */
   coming(meta: ObjectMeta, index: number): { key: string; landed: Promise<BlockRow | null> } | null {
-    if (!this.deps.disk) return null;
+    if (!this.diskFor(meta)) return null;
     const id = blockId(meta, index);
     const writing = this.toDisk.has(id);
     const loading = writing ? null : (this.blocks.get(id) ?? (this.fetchedWhole(meta) ? this.wholes.get(fileId(meta)) : undefined));
@@ -236,6 +239,21 @@ export class BlockSource {
     if (p) demand(p);
   }
 
+  /**
+   * There is a disk cache, and it does not keep this object (--file-cache-exclude-regex, or outside
+   * --file-cache-include-regex): its blocks are read as without a cache dir, and fetching them ahead of
+   * an open would fetch them for nothing (the prefetcher's blocks wait in memory only without a disk).
+   */
+  excluded(meta: ObjectMeta): boolean {
+    return this.deps.disk !== null && this.diskFor(meta) === null;
+  }
+
+  /** The disk cache, when it keeps this object. */
+  private diskFor(meta: ObjectMeta): DiskCache | null {
+    const { disk, cacheFilter } = this.deps;
+    return disk && (!cacheFilter || cacheFilter(meta.name)) ? disk : null;
+  }
+
   /** Whether the object's blocks are fetched in one download (see wholeObjectThreshold). */
   private fetchedWhole(meta: ObjectMeta): boolean {
     return meta.size > this.blockSize && meta.size <= this.deps.wholeObjectThreshold;
@@ -246,7 +264,7 @@ export class BlockSource {
    * registers these; a block of the wrong length is left to a JavaScript read, which drops it).
    */
   diskRow(meta: ObjectMeta, index: number): BlockRow | null {
-    const row = this.deps.disk?.lookup(this.diskKey(meta, index));
+    const row = this.diskFor(meta)?.lookup(this.diskKey(meta, index));
     return row && row.size === Math.min(meta.size, (index + 1) * this.blockSize) - index * this.blockSize ? row : null;
   }
 
@@ -279,7 +297,8 @@ export class BlockSource {
 
   /** `keepRecent`: the block stays in memory a while after its readers let go (RecentBlocks). */
   private async load(meta: ObjectMeta, index: number, priority: Priority, memory: MemoryWait, pending: Pending, keepRecent: boolean): Promise<BlockData> {
-    const { disk, metrics } = this.deps;
+    const { metrics } = this.deps;
+    const disk = this.diskFor(meta);
     const id = blockId(meta, index);
     const beingWritten = this.toDisk.take(id);
     if (beingWritten) {
@@ -369,6 +388,7 @@ export class BlockSource {
 
   /** A downloaded block: counted, and written to disk in the background (BlockLanding.keep). */
   private stored(meta: ObjectMeta, index: number, block: BlockData, crc32c: number | null, prefetch: ReadPriority | null = null): void {
+    if (!this.diskFor(meta)) return;
     this.toDisk.keep(blockId(meta, index), this.diskKey(meta, index), block, crc32c, prefetch);
   }
 
@@ -380,7 +400,7 @@ export class BlockSource {
    * (skipped when memory is short: a cache, not a promise).
    */
   async adoptWritten(meta: ObjectMeta, read: (pos: number, into: Buffer, directCapacity: number) => Promise<void>, crcs: ReadonlyMap<number, number> = new Map()): Promise<number> {
-    const disk = this.deps.disk;
+    const disk = this.diskFor(meta);
     if (!disk) return 0;
     let adopted = 0;
     for (let i = 0; i * this.blockSize < meta.size; i++) {

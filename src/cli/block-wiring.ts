@@ -2,6 +2,7 @@ import { releaseIdleMemory } from '../block-memory.js';
 import { BlockBuffers } from '../blocks/block-buffers.js';
 import { IndexLockedError } from '../blocks/block-index.js';
 import { BlockSource } from '../blocks/block-source.js';
+import { cacheFilter } from '../blocks/cache-filter.js';
 import { prepareCacheHome } from '../blocks/cache-home.js';
 import { DEFAULT_DISK_CACHE, DiskCache } from '../blocks/disk-cache.js';
 import { DownloadScheduler } from '../blocks/download-scheduler.js';
@@ -94,7 +95,9 @@ export function wireBlocks(opts: MountOptions, deps: BlockWiringDeps, undo: (() 
   undo.push(() => buffers.close());
   // Without a disk cache, prefetched blocks wait in memory (within their own budget) for their open.
   const prefetchStore = new PrefetchStore(disk ? 0 : v['prefetch-max-size-mb'] * MIB, metrics, memory);
-  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore });
+  // Patterns checked when the options were read (parseMountArgs): here they compile.
+  const filter = disk ? cacheFilter(opts.bucket, v['file-cache-include-regex'], v['file-cache-exclude-regex']) : null;
+  const blocks = new BlockSource({ client, disk, scheduler, buffers, wholeObjectThreshold: v['whole-object-threshold-mb'] * MIB, log, metrics, prefetched: prefetchStore, cacheFilter: filter });
   metrics.setGauge('readahead_blocks', () => budget.inUse);
   // Reads of blocks already on disk are answered by native workers, without JavaScript.
   const native = disk ? NativeReads.start({ fuse, blocks, disk, metrics, log, memory }) : null;

@@ -9,6 +9,7 @@
 
 import { homedir } from 'node:os';
 import { resolve as resolvePath } from 'node:path';
+import { CacheFilterError, cacheFilter } from '../blocks/cache-filter.js';
 import { readConfigFile } from './config-file.js';
 import { parseParamValue } from './param-value.js';
 import {
@@ -256,6 +257,12 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
     throw new OptionError("BUCKET '_' (gcsfuse dynamic mounting of all buckets) is not supported; name one bucket");
   }
   if (!bucket) throw new OptionError('BUCKET must not be empty');
+  try {
+    cacheFilter(bucket, values['file-cache-include-regex'] as string, values['file-cache-exclude-regex'] as string);
+  } catch (err) {
+    if (err instanceof CacheFilterError) throw new OptionError(err.message);
+    throw err;
+  }
 
   if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
     notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');

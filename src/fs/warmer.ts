@@ -70,7 +70,9 @@ class BoundedQueue<T> {
 
 /** Every object at or under `path` (a mount path) that the mount shows, one list page at a time. */
 async function* objectPages(deps: WarmerDeps, path: string): AsyncGenerator<ObjectMeta[]> {
-  const visible = (m: ObjectMeta) => !m.name.endsWith('/') && m.name.slice(deps.names.rootPrefix.length).split('/').every((c) => componentProblem(c) === null);
+  // Objects the disk cache does not keep (--file-cache-exclude-regex) are not warmed: nothing would keep them.
+  const visible = (m: ObjectMeta) =>
+    !m.name.endsWith('/') && m.name.slice(deps.names.rootPrefix.length).split('/').every((c) => componentProblem(c) === null) && !deps.blocks.excluded(m);
   if (path !== '/') {
     const exact = await deps.client.statObject(deps.names.objectName(path));
     if (exact && visible(exact)) yield [exact];

@@ -282,6 +282,8 @@ export class Prefetcher {
    */
   private startFetch(meta: ObjectMeta, only?: number[]): boolean {
     const { blocks, disk, store, config, metrics } = this.deps;
+    // Not kept by the disk cache (--file-cache-exclude-regex): nothing would keep what was fetched.
+    if (blocks.excluded(meta)) return true;
     const blockCount = Math.min(config.maxBlocksPerFile, Math.ceil(meta.size / blocks.blockSize));
     const candidates = only ?? Array.from({ length: blockCount }, (_, i) => i);
     const missing = candidates.filter((i) => !blocks.cached(meta, i));
