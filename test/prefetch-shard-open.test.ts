@@ -39,6 +39,7 @@ describe('Prefetcher: the first open of a shard of a known sharded array', () =>
       // The metadata is read; a shard's index never arrives (what follows it is not under test here).
       get: (meta: ObjectMeta) => (meta.name === 'arr/zarr.json' ? Promise.resolve({ bytes: Buffer.from(doc), release: () => undefined, retain() { return this; } }) : new Promise(() => undefined)),
       cached: () => false,
+      excluded: () => false,
       // As without a disk cache: nothing is fetched alone.
       getRange: () => null,
       hasMemoryFor: () => true,

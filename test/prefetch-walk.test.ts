@@ -39,6 +39,7 @@ describe('Prefetcher: a stream walked once', () => {
         return Promise.resolve(data(meta.name === 'arr/.zarray' ? Buffer.from(zarray) : Buffer.alloc(4)));
       },
       cached: () => false,
+      excluded: () => false,
       hasMemoryFor: () => allowed-- > 0,
     } as unknown as BlockSource;
     const metrics = new Metrics();
