@@ -243,6 +243,40 @@ describe('a block cache that meets trouble recovers from it', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
+  it('is not closed as clean while an evicted file is still being unlinked (it may yet fail)', async () => {
+    const dir = await tempDir('cache');
+    const { log, info, said } = logSpy();
+    const open = () => DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 2000 }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
+    const cache = open();
+    const first = blockFileKey(key(0));
+    const firstPath = join(dir, BLOCKS_DIR, first.slice(0, 2), first);
+    try {
+      await cache.write(key(0), Buffer.alloc(1000, 1));
+      await cache.write(key(1), Buffer.alloc(1000, 2));
+      expect((await run('chattr', ['+i', firstPath])).code).toBe(0);
+      const rm = fsp.rm.bind(fsp);
+      vi.spyOn(fsp, 'rm').mockImplementation(async (...args: Parameters<typeof fsp.rm>) => {
+        await new Promise((r) => setTimeout(r, 200));
+        return rm(...args);
+      });
+      await cache.write(key(2), Buffer.alloc(1000, 3));
+      expect(cache.lookup(key(0))).toBeNull();
+      // Closed with the unlink under way (an eviction that began after the stop's drain looked): its
+      // failure comes after close, so close itself must not say clean.
+    } finally {
+      cache.close();
+      await new Promise((r) => setTimeout(r, 400));
+      await run('chattr', ['-i', firstPath]);
+    }
+    expect(await blockFiles(dir)).toContain(firstPath);
+    const again = open();
+    await again.ready;
+    again.close();
+    expect(said(info, 'block cache reconciled')).toBe(1);
+    expect(await blockFiles(dir)).not.toContain(firstPath);
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
   it('with no budget, gives space back when another program fills its disk below the free-space margin', async () => {
     const dir = await tempDir('tmpfs');
     expect((await run('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', dir])).code).toBe(0);

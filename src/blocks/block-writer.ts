@@ -89,6 +89,11 @@ export class BlockWriter {
   }
 
   /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
+  /** Blocks being written now. */
+  get writing(): boolean {
+    return this.writesInFlight.size > 0;
+  }
+
   async drain(): Promise<void> {
     while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
   }

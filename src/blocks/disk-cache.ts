@@ -323,8 +323,11 @@ export class DiskCache {
    * evicted files being unlinked: one that fails must be heard of before close() says the cache is clean.
    */
   async drain(): Promise<void> {
-    await this.writer.drain();
-    await this.space.unlinked();
+    // A write finishing may evict (and a flush may keep the margin): until neither is left to wait for.
+    do {
+      await this.writer.drain();
+      await this.space.unlinked();
+    } while (this.writer.writing || this.space.unlinkPending);
   }
 
   private resourceTrouble(code: string, what: string): void {
@@ -400,6 +403,7 @@ export class DiskCache {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.flushTimer);
-    this.index.close(this.reconciled && !this.strayed);
+    // An unlink still under way may yet fail, leaving a file no row knows: not clean until it is heard of.
+    this.index.close(this.reconciled && !this.strayed && !this.space.unlinkPending);
   }
 }

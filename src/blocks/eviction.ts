@@ -98,9 +98,14 @@ export class CacheSpace {
     this.heldBlocks = 0;
   }
 
-  /** Resolves once the evicted files being unlinked now are gone. */
+  /** Resolves once no evicted file is being unlinked, those started meanwhile included. */
   async unlinked(): Promise<void> {
-    await Promise.all([...this.unlinks]);
+    while (this.unlinks.size > 0) await Promise.all([...this.unlinks]);
+  }
+
+  /** Evicted files whose unlink has not finished: their fate is not known yet. */
+  get unlinkPending(): boolean {
+    return this.unlinks.size > 0;
   }
 
   /**
