@@ -46,6 +46,15 @@ describe('mount.gcsmount option translation', () => {
     }
   });
 
+  it("passes on gcsfuse's options that do nothing here (gcsmount names each in a warning), as gcsmount itself takes them", () => {
+    const call = t('b', '/m', '-o', 'machine_type=a3-highgpu-8g,disable_autoconfig,enable_hns=false');
+    expect(call.args).toEqual(['--machine-type', 'a3-highgpu-8g', '--disable-autoconfig', '--enable-hns=false', 'b', '/m']);
+  });
+
+  it('takes a device mount(8) turned into a path (a folder of the bucket\'s name where it ran) as the bucket, as gcsfuse does', () => {
+    expect(t('/home/me/era5', '/mnt/era5', '-o', 'ro')).toMatchObject({ bucket: 'era5', args: ['-o', 'ro', 'era5', '/mnt/era5'] });
+  });
+
   it('leaves out unknown options under -s (sloppy) and says which', () => {
     const call = t('b', '/m', '-s', '-o', 'ro,mystery');
     expect(call.args).toEqual(['-o', 'ro', 'b', '/m']);

@@ -2,7 +2,8 @@ import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { EXIT, UserError } from './exit.js';
-import { PARAMS, type Param } from './params.js';
+import { basename } from 'node:path';
+import { GCSFUSE_ONLY_PARAMS, PARAMS, type Param } from './params.js';
 
 // `mount.gcsmount`: what mount(8) runs for `mount -t gcsmount` and for fstab lines of type gcsmount,
 // as gcsfuse's mount.gcsfuse does for gcsfuse. mount(8) calls it as
@@ -28,7 +29,9 @@ const KERNEL = new Set([
 /** What the helper may not set: the bucket and mountpoint come from mount(8)'s arguments, -o from the rest. */
 const NOT_AN_OPTION = new Set(['o', 'bucket', 'mount-point']);
 
-const PARAM_BY_FLAG = new Map<string, Param>(PARAMS.map((p) => [p.flag, p as Param]));
+// gcsfuse's options that do nothing here too: gcsmount takes them (a warning names each), so an fstab line
+// written for gcsfuse (machine_type=..., disable_autoconfig) must not fail in the helper alone.
+const PARAM_BY_FLAG = new Map<string, Param>([...PARAMS, ...GCSFUSE_ONLY_PARAMS].map((p) => [p.flag, p as Param]));
 
 /** gcsmount's parameter for an option name: underscores as dashes (as gcsfuse's helper), or the name as is (debug_fuse). */
 function paramFor(name: string): Param | undefined {
@@ -81,7 +84,11 @@ export function translateMountArgs(argv: readonly string[]): HelperInvocation {
     }
   }
   if (positionals.length !== 2) throw new UserError(USAGE, EXIT.usage);
-  const [bucket, mountPoint] = positionals as [string, string];
+  const [device, mountPoint] = positionals as [string, string];
+  // mount(8) turns the device into a path when a folder of the bucket's name is where it runs
+  // (`mount -t gcsmount era5 /mnt/era5` from a folder holding era5/); bucket names have no '/', so a
+  // device with one is such a path and its last part the bucket, as gcsfuse's helper takes it.
+  const bucket = device.includes('/') ? basename(device) : device;
 
   const args: string[] = [];
   const skipped: string[] = [];
