@@ -60,6 +60,9 @@ describe('writes through a mount with a cache dir', () => {
       stamped: 'x',
     }))
       await upload(tb, name, content);
+    await upload(tb, 'posix.txt', 'p', { metadata: { 'goog-reserved-file-mtime': '1600000000' } });
+    await upload(tb, 'both.txt', 'b', { metadata: { 'goog-reserved-file-mtime': '1600000000', gcsfuse_mtime: '2017-07-14T02:40:00Z' } });
+    await upload(tb, 'garbled.txt', 'g', { metadata: { 'goog-reserved-file-mtime': 'soon' } });
     cacheDir = await tempDir('cache');
     m = await mount({ tb, args: ['--cache-dir', cacheDir, '--rename-dir-limit', '100'] });
   });
@@ -396,6 +399,16 @@ print(os.stat(p).st_mtime)`,
     );
     expect(Number(out)).toBeCloseTo(1700000000.25, 2);
     expect((await resource(tb, 'stamped'))!.metadata?.gcsfuse_mtime).toBe('2023-11-14T22:13:20.25Z');
+  });
+
+  it("shows gcloud's POSIX mtime (goog-reserved-file-mtime, seconds) as gcsfuse does, gcsfuse_mtime winning over it", async () => {
+    const r = await run('stat', ['-c', '%Y', join(m.path, 'posix.txt'), join(m.path, 'both.txt'), join(m.path, 'garbled.txt')]);
+    expect(r.code, r.stderr).toBe(0);
+    const [posix, both, garbled] = r.stdout.trim().split('\n').map(Number);
+    expect(posix).toBe(1600000000);
+    expect(both).toBe(1500000000);
+    // Not a number: the object's update time, as for any object.
+    expect(Math.abs(garbled! - Date.now() / 1000)).toBeLessThan(600);
   });
 
   it('touch of an existing file sets its mtime in the bucket without uploading it (a metadata patch)', async () => {

@@ -36,12 +36,32 @@ export function toMeta(raw: RawObject): ObjectMeta {
   return meta;
 }
 
-/** The file's mtime as gcsfuse shows it: its `gcsfuse_mtime` when that is a time, else the object's update time. */
+/**
+ * The file's mtime as gcsfuse shows it: its `gcsfuse_mtime` when that is a time, else the whole seconds
+ * of `goog-reserved-file-mtime` (what `gcloud storage cp --preserve-posix` keeps), else the object's
+ * update time.
+ */
 function mtimeMsOf(raw: RawObject): number {
   const kept = raw.metadata?.[MTIME_KEY];
   const ns = kept === undefined ? null : parseMtime(kept);
   if (ns !== null) return Number(ns / 1_000_000n);
+  const posix = raw.metadata?.[POSIX_MTIME_KEY];
+  const secs = posix === undefined ? null : goInteger(posix);
+  if (secs !== null && Number.isSafeInteger(secs * 1000)) return secs * 1000;
   return raw.updated ? Date.parse(raw.updated) : 0;
+}
+
+/** gcloud's POSIX mtime: seconds since the epoch, read as gcsfuse reads it (Go's ParseInt with base 0). */
+const POSIX_MTIME_KEY = 'goog-reserved-file-mtime';
+
+/** An integer as Go's strconv.ParseInt(s, 0, 64) reads it (0x, 0o, 0b and a leading 0 for octal), or null. */
+export function goInteger(text: string): number | null {
+  const m = /^([+-]?)(0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|0[0-7]*|[1-9][0-9]*)$/.exec(text);
+  if (!m) return null;
+  const digits = m[2]!;
+  const value = /^0[0-7]+$/.test(digits) ? BigInt(`0o${digits.slice(1)}`) : BigInt(digits);
+  const n = m[1] === '-' ? -value : value;
+  return n >= -(2n ** 63n) && n < 2n ** 63n ? Number(n) : null;
 }
 
 export function retryAfterSeconds(header: string | string[] | undefined): number | null {
