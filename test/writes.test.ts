@@ -18,10 +18,10 @@ async function stored(tb: TestBucket, name: string): Promise<Buffer | null> {
   return Buffer.from(await res.arrayBuffer());
 }
 
-async function resource(tb: TestBucket, name: string): Promise<{ generation: string; metadata?: Record<string, string> } | null> {
+async function resource(tb: TestBucket, name: string): Promise<{ generation: string; contentType?: string; metadata?: Record<string, string> } | null> {
   const res = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`);
   if (res.status === 404) return null;
-  return (await res.json()) as { generation: string; metadata?: Record<string, string> };
+  return (await res.json()) as { generation: string; contentType?: string; metadata?: Record<string, string> };
 }
 
 /** Requests the emulator has answered, by kind. */
@@ -63,6 +63,7 @@ describe('writes through a mount with a cache dir', () => {
     await upload(tb, 'posix.txt', 'p', { metadata: { 'goog-reserved-file-mtime': '1600000000' } });
     await upload(tb, 'both.txt', 'b', { metadata: { 'goog-reserved-file-mtime': '1600000000', gcsfuse_mtime: '2017-07-14T02:40:00Z' } });
     await upload(tb, 'garbled.txt', 'g', { metadata: { 'goog-reserved-file-mtime': 'soon' } });
+    for (const name of ['typed.csv', 'typed-trunc.csv']) await upload(tb, name, 'a,b\n', { contentType: 'text/csv', metadata: { owner: 'pipeline', gcsfuse_mtime: '2017-07-14T02:40:00Z' } });
     cacheDir = await tempDir('cache');
     m = await mount({ tb, args: ['--cache-dir', cacheDir, '--rename-dir-limit', '100'] });
   });
@@ -409,6 +410,31 @@ print(os.stat(p).st_mtime)`,
     expect(both).toBe(1500000000);
     // Not a number: the object's update time, as for any object.
     expect(Math.abs(garbled! - Date.now() / 1000)).toBeLessThan(600);
+  });
+
+  it("keeps an edited object's content type and custom metadata, as gcsfuse does, at one request's cost; a new file's type comes from its name", async () => {
+    const before = requests(tb);
+    // An append (the staged copy filled from the object) and an overwrite (O_TRUNC: nothing read).
+    const r = await run('sh', ['-c', `echo 'c,d' >> ${join(m.path, 'typed.csv')} && printf 'x,y\\n' > ${join(m.path, 'typed-trunc.csv')}`]);
+    expect(r.code, r.stderr).toBe(0);
+    // One request each for what they keep (the namespace's listings carry neither); the rest as before.
+    expect(delta(requests(tb), before)).toMatchObject({ metadata: 2, upload: 3 });
+    for (const name of ['typed.csv', 'typed-trunc.csv']) {
+      const res = (await resource(tb, name))!;
+      expect(res.contentType, name).toBe('text/csv');
+      expect(res.metadata?.owner, name).toBe('pipeline');
+      // The mtime is the edit's, not the one the object had.
+      expect(res.metadata?.gcsfuse_mtime, name).not.toBe('2017-07-14T02:40:00Z');
+    }
+    expect((await stored(tb, 'typed.csv'))?.toString()).toBe('a,b\nc,d\n');
+    // The next edit keeps them from the object the last one uploaded: no request for them again.
+    const again = requests(tb);
+    expect((await run('sh', ['-c', `echo 'e,f' >> ${join(m.path, 'typed.csv')}`])).code).toBe(0);
+    expect(delta(requests(tb), again).metadata ?? 0).toBe(0);
+    expect((await resource(tb, 'typed.csv'))!.metadata?.owner).toBe('pipeline');
+    expect((await run('sh', ['-c', `echo '{}' > ${join(m.path, 'made.json')} && echo x > ${join(m.path, 'made.zzunknown')}`])).code).toBe(0);
+    expect((await resource(tb, 'made.json'))!.contentType).toBe('application/json');
+    expect((await resource(tb, 'made.zzunknown'))!.contentType ?? 'application/octet-stream').toBe('application/octet-stream');
   });
 
   it('touch of an existing file sets its mtime in the bucket without uploading it (a metadata patch)', async () => {

@@ -208,6 +208,17 @@ export class HttpObjectClient implements WritableObjectClient {
     }
   }
 
+  async objectAttributes(name: string, generation: string): Promise<NewObjectAttrs | null> {
+    try {
+      const q = new URLSearchParams({ generation, fields: 'contentType,metadata' });
+      const raw = await this.json<{ contentType?: string; metadata?: Record<string, string> }>('metadata', `${this.objectPath(name)}?${q}`, `attributes of ${name}#${generation}`);
+      return { ...(raw.contentType ? { contentType: raw.contentType } : {}), metadata: raw.metadata ?? {} };
+    } catch (err) {
+      if (err instanceof GcsError && err.code === 'NOT_FOUND') return null;
+      throw err;
+    }
+  }
+
   async list(req: ListRequest): Promise<ListPage> {
     const q = new URLSearchParams({ prefix: req.prefix, fields: `items(${OBJECT_FIELDS}),prefixes,nextPageToken` });
     if (req.delimiter) q.set('delimiter', req.delimiter);

@@ -156,6 +156,11 @@ export interface ObjectWriter {
   composeObjects(sources: Array<{ name: string; generation?: string }>, dest: string, opts?: Preconditions & NewObjectAttrs): Promise<WrittenObject>;
   /** GCS's atomic objects.move: `src` becomes `dest` (a new generation, metageneration 1, same bytes and metadata). */
   moveObject(src: string, dest: string, opts?: Preconditions & { ifSourceGenerationMatch?: string }): Promise<WrittenObject>;
+  /**
+   * The attributes an overwrite of generation `generation` keeps, as gcsfuse keeps them (its content
+   * type and custom metadata); null when that generation is gone.
+   */
+  objectAttributes(name: string, generation: string): Promise<NewObjectAttrs | null>;
   /** Changes custom metadata (a null value removes a key) and contentType; the metageneration grows by one. */
   patchMetadata(name: string, opts: Preconditions & { metadata?: Record<string, string | null>; contentType?: string }): Promise<WrittenObject>;
 }

@@ -4,6 +4,7 @@ import { MTIME_KEY, mtimeMetadata } from '../gcs/mtime.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { FileUpload, type UploadDeps } from './file-upload.js';
+import { KeptAttributes } from './kept-attributes.js';
 import { StagedCopy } from './staged-copy.js';
 import { UploadStream } from './upload-stream.js';
 import { isPrecondition, WriteError } from './write-error.js';
@@ -61,6 +62,8 @@ export class WriteState {
   private serial: Promise<unknown> = Promise.resolve();
   /** Writes and truncates so far: the block cache takes an upload's bytes only if none came after it. */
   private changes = 0;
+  /** What uploads keep of the object they replace (its content type and custom metadata). */
+  private readonly kept: KeptAttributes;
 
   constructor(
     private readonly deps: WriteStateDeps,
@@ -75,6 +78,7 @@ export class WriteState {
   ) {
     this.size = source?.size ?? 0;
     this.mtimeMs = source?.updatedMs ?? Date.now();
+    this.kept = new KeptAttributes(deps.client, deps.log);
     this.stream = new UploadStream(deps, source === null && deps.config.streaming, () => this.newUpload());
     if (source === null) this.dirty = true; // a new file is uploaded at close even when empty
   }
@@ -243,6 +247,7 @@ export class WriteState {
     }
     if (this.unlinked) return null;
     await this.ensureStaged(false);
+    if (this.inBucket && this.source) await this.kept.learn(this.source, this.path);
     const t0 = performance.now();
     await this.stream.settled();
     // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
@@ -259,6 +264,7 @@ export class WriteState {
       const replaced = this.expect;
       this.expect = object.generation;
       this.source = object;
+      this.kept.uploaded(object);
       this.deps.uploaded(this, replaced, object);
       this.deps.metrics.inc('write_uploads');
       this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
@@ -405,13 +411,8 @@ export class WriteState {
   }
 
   private newUpload(): FileUpload {
-    return new FileUpload(
-      this.deps,
-      this.objectName,
-      this.staged!,
-      { ifGenerationMatch: this.expect, metadata: mtimeMetadata(this.mtimeMs) },
-      this.deps.blocks.blockSize,
-    );
+    const attrs = this.kept.forUpload(this.objectName, mtimeMetadata(this.mtimeMs));
+    return new FileUpload(this.deps, this.objectName, this.staged!, { ifGenerationMatch: this.expect, ...attrs }, this.deps.blocks.blockSize);
   }
 
   private failed(err: unknown): WriteError {

@@ -6,15 +6,15 @@ import type { TestBucket } from './harness.js';
  * objects with metadata (a Content-Encoding).
  */
 /** Puts an object in the emulator's bucket; `metadata` is custom metadata, set as another tool (gcsfuse) sets it. */
-export async function upload(tb: TestBucket, name: string, content: Buffer | string = '', opts: { contentEncoding?: string; metadata?: Record<string, string> } = {}): Promise<void> {
+export async function upload(tb: TestBucket, name: string, content: Buffer | string = '', opts: { contentEncoding?: string; metadata?: Record<string, string>; contentType?: string } = {}): Promise<void> {
   const encoding = opts.contentEncoding ? `&contentEncoding=${encodeURIComponent(opts.contentEncoding)}` : '';
   const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}${encoding}`;
   const res = await fetch(url, { method: 'POST', body: typeof content === 'string' ? content : new Uint8Array(content), headers: { 'content-type': 'application/octet-stream' } });
   if (!res.ok) throw new Error(`upload ${name}: ${res.status} ${await res.text()}`);
-  if (!opts.metadata) return;
+  if (!opts.metadata && !opts.contentType) return;
   const patch = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`, {
     method: 'PATCH',
-    body: JSON.stringify({ metadata: opts.metadata }),
+    body: JSON.stringify({ ...(opts.metadata ? { metadata: opts.metadata } : {}), ...(opts.contentType ? { contentType: opts.contentType } : {}) }),
     headers: { 'content-type': 'application/json' },
   });
   if (!patch.ok) throw new Error(`metadata of ${name}: ${patch.status} ${await patch.text()}`);
