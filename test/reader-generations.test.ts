@@ -88,7 +88,7 @@ describe('an open reader when its object is replaced behind the mount, then rena
     if (m) await unmount(m.path);
   });
 
-  it('the reader never gets bytes of the generation moved: it reads its own, or EIO once that is gone', async () => {
+  it('the reader never gets bytes of the generation moved: it reads its own, or ESTALE once that is gone (as gcsfuse)', async () => {
     const old = bytes(16 * MIB, 11);
     const saved = join(await tempDir('saved'), 'read');
     // Reads the first MiB (its handle holds that block), waits, then reads the whole file into `saved`
@@ -118,10 +118,33 @@ print(err, flush=True)`;
     expect(out.code, out.stderr).toBe(0);
     const got = await fsp.readFile(saved);
     const err = out.stdout.trim().split('\n').pop();
-    // What it read is a prefix of its own generation (at least the block it held), whole unless cut by EIO.
+    // What it read is a prefix of its own generation (at least the block it held), whole unless cut by ESTALE.
     expect(got.length).toBeGreaterThanOrEqual(MIB);
     expect(sha256(got), `the ${got.length} bytes read differ from the generation the reader opened`).toBe(sha256(old.subarray(0, got.length)));
-    expect(err === 'EIO' || (err === 'EOF' && got.length === old.length), `ended with ${err} after ${got.length} bytes`).toBe(true);
+    expect(err === 'ESTALE' || (err === 'EOF' && got.length === old.length), `ended with ${err} after ${got.length} bytes`).toBe(true);
+  });
+
+  it('a read past what the reader holds, once its generation was replaced in the bucket, is ESTALE, and the next open reads the new one', async () => {
+    const old = bytes(64 * MIB, 21);
+    await upload(tb, 'replaced', old);
+    // Reads its first MiB, waits, then one MiB near the end (no readahead got there), printing the errno.
+    const reader = `import os,sys,errno
+fd=os.open(sys.argv[1], os.O_RDONLY)
+os.pread(fd, 1<<20, 0)
+print('opened', flush=True)
+sys.stdin.readline()
+try:
+  os.pread(fd, 1<<20, 60<<20); print('read', flush=True)
+except OSError as e: print(errno.errorcode[e.errno], flush=True)`;
+    const r = heldReader(reader, [join(m.path, 'replaced')]);
+    await r.opened;
+    const next = bytes(64 * MIB, 22);
+    await upload(tb, 'replaced', next);
+    r.proceed();
+    const out = await r.done;
+    expect(out.stdout.trim().split('\n').pop()).toBe('ESTALE');
+    const again = await run(PY, ['-c', 'import hashlib,sys\nprint(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())', join(m.path, 'replaced')]);
+    expect(again.stdout.trim()).toBe(sha256(next));
   });
 });
 

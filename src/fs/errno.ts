@@ -42,9 +42,18 @@ function errnoForCode(code: GcsErrorCode): number {
 }
 
 /**
- * Errno for a failed metadata operation. Data reads are different: a reader of an open file can only be
- * told EIO (the file it opened existed), so `read` uses EIO for everything.
+ * Errno for a failed read of an open file, as gcsfuse answers it: ESTALE when the generation it opened is
+ * gone (changed or deleted under it: a stale file handle, not "no such file", since the file was there),
+ * EACCES when GCS refuses the credentials, EIO for anything else.
  */
+export function readErrno(err: unknown): number {
+  if (!(err instanceof GcsError)) return Errno.EIO;
+  if (err.code === 'NOT_FOUND') return Errno.ESTALE;
+  if (err.code === 'FORBIDDEN' || err.code === 'UNAUTHENTICATED') return Errno.EACCES;
+  return Errno.EIO;
+}
+
+/** Errno for a failed metadata operation (a read of an open file: readErrno). */
 export function errnoFor(err: unknown): number {
   return err instanceof GcsError ? errnoForCode(err.code) : Errno.EIO;
 }

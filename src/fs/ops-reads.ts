@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { HandleReader } from '../blocks/handle-reader.js';
 import { isGcsError } from '../gcs/errors.js';
-import { Errno, errnoFor } from './errno.js';
+import { Errno, errnoFor, readErrno } from './errno.js';
 import { FALLBACK, OPEN_FLAGS, type NativeFile } from './kernel.js';
 import type { Answer, OpContext } from './operations.js';
 import { WriteOps } from './ops-writes.js';
@@ -157,7 +157,7 @@ export class ReadOps {
       // What the kernel was told about the path stays as it is: it keeps that size until its attribute
       // timeout, and until then an open must read the generation the size belongs to (or fail).
       if (isGcsError(err, 'NOT_FOUND')) deps.namespace.forget(path);
-      this.ctx.fail(a, path, err, Errno.EIO);
+      this.ctx.fail(a, path, err, readErrno(err));
     };
     const byBlocks = (): void => this.readByBlocks(a, reader, pos, size, failed);
     // A small inner chunk (or the index) of a shard its reader jumps about in: those bytes alone, not the block.
