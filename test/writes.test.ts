@@ -162,6 +162,33 @@ print('done')`,
     expect(d('gcs_upload_bytes')).toBe(data.length);
   });
 
+  it("--write-global-max-blocks 0 turns streaming writes off, as gcsfuse's does: each fsync uploads the file whole", async () => {
+    const staged = await mount({ tb, args: ['--write-global-max-blocks', '0'] });
+    try {
+      const data = bytes(3 * 300_000, 13);
+      const local = join(await tempDir('src'), 'log');
+      await fsp.writeFile(local, data);
+      const stats0 = (await mountStats(staged.path)).counters;
+      const out = await py(
+        `import os,sys
+src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
+for at in range(0, len(src), 300000):
+  os.write(fd, src[at:at+300000]); os.fsync(fd)
+os.close(fd)
+print('done')`,
+        local,
+        join(staged.path, 'unstreamed.log'),
+      );
+      expect(out).toBe('done');
+      expect(sha256((await stored(tb, 'unstreamed.log'))!)).toBe(sha256(data));
+      const stats1 = (await mountStats(staged.path)).counters;
+      // 300 kB, 600 kB and 900 kB: three whole uploads (streamed, it was one session of the 900 kB).
+      expect((stats1.gcs_upload_bytes ?? 0) - (stats0.gcs_upload_bytes ?? 0)).toBe(300_000 + 600_000 + 900_000);
+    } finally {
+      await unmount(staged.path);
+    }
+  });
+
   it('small files are one upload request each, visible to stat and listings at once', async () => {
     const before = requests(tb);
     await py(

@@ -48,7 +48,10 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
   const longest = Math.max(0, ...deps.ttls.map((t) => (t.kind === 'forever' ? Number.POSITIVE_INFINITY : t.kind === 'ms' ? t.ms : 0)));
   const changes = new LocalChanges(longest, MAX_LOCAL_CHANGES, (path) => deps.namespace.forget(path));
   const chunkBytes = v['write-block-size-mb'] * MIB;
-  const slots = new UploadSlots(v['write-global-max-blocks'] < 0 ? Number.POSITIVE_INFINITY : Math.max(1, v['write-global-max-blocks']));
+  // gcsfuse's 0 turns streaming writes off (files are staged and uploaded at close), with no limit of
+  // its own on those uploads; the memory budget still bounds their chunks.
+  const maxBlocks = v['write-global-max-blocks'];
+  const slots = new UploadSlots(maxBlocks <= 0 ? Number.POSITIVE_INFINITY : maxBlocks);
   const buffers = new UploadBuffers(deps.memory, chunkBytes, Math.min(slots.max, 4), 1000, deps.sharedMemory);
   const writes = new Writes({
     client: deps.client,
@@ -57,7 +60,7 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
     changes,
     renameDirLimit: v['rename-dir-limit'],
     createEmptyFile: v['create-empty-file'],
-    config: { chunkBytes, streaming: v['enable-streaming-writes'], maxChunksAhead: v['write-max-blocks-per-file'] },
+    config: { chunkBytes, streaming: v['enable-streaming-writes'] && maxBlocks !== 0, maxChunksAhead: v['write-max-blocks-per-file'] },
     staging,
     blocks: deps.blocks,
     slots,

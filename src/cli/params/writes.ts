@@ -57,7 +57,7 @@ export const WRITE_PARAMS = [
     configKey: 'write.global-max-blocks',
     type: 'int',
     default: 4,
-    help: 'Chunks of resumable uploads in flight mount-wide (-1: no limit), each holding a chunk of memory from the --memory-limit-mb budget; files of one chunk or less are not limited by it',
+    help: 'Chunks of resumable uploads in flight mount-wide (-1: no limit; 0, as in gcsfuse: no streaming writes, files uploaded at close without this limit), each holding a chunk of memory from the --memory-limit-mb budget; files of one chunk or less are not limited by it',
     group: 'Writes',
     effect: 'effective',
     min: -1,
