@@ -629,3 +629,26 @@ describe("the disk cache's include and exclude patterns (gcsfuse's --file-cache-
     expect(parse('--file-cache-include-regex', '(?i)x', 'b', '/m').values['file-cache-include-regex']).toBe('(?i)x');
   });
 });
+
+describe("gcsfuse's --profile", () => {
+  it("sets its workload's defaults for what the user left unset, and names them", () => {
+    const o = parse('--profile', 'aiml-checkpointing', 'b', '/m');
+    expect(metadataCacheTtl(o)).toEqual({ kind: 'forever' });
+    expect(getTtl(o, 'metadata-cache-negative-ttl-secs')).toEqual({ kind: 'off' });
+    expect(getSizeLimit(o, 'stat-cache-max-size-mb')).toEqual({ kind: 'unlimited' });
+    expect(getNumber(o, 'rename-dir-limit')).toBe(200_000);
+    expect(getNumber(o, 'kernel-list-cache-ttl-secs')).toBe(0);
+    expect(o.notices.find((n) => n.startsWith('--profile aiml-checkpointing sets'))).toContain('--rename-dir-limit 200000');
+    expect(getNumber(parse('--config-file', yamlFile('profile: aiml-serving\n'), 'b', '/m'), 'kernel-list-cache-ttl-secs')).toBe(-1);
+    expect(getNumber(parse('--profile', 'aiml-training', 'b', '/m'), 'rename-dir-limit')).toBe(0);
+  });
+
+  it('leaves what the user set, by flag, config key or the deprecated TTL flags, and refuses an unknown profile', () => {
+    const o = parse('--profile', 'aiml-training', '--metadata-cache-ttl-secs', '30', '--config-file', yamlFile('metadata-cache:\n  negative-ttl-secs: 7\n'), 'b', '/m');
+    expect(metadataCacheTtl(o)).toEqual({ kind: 'ms', ms: 30_000 });
+    expect(getTtl(o, 'metadata-cache-negative-ttl-secs')).toEqual({ kind: 'ms', ms: 7_000 });
+    expect(getSizeLimit(o, 'stat-cache-max-size-mb')).toEqual({ kind: 'unlimited' });
+    expect(metadataCacheTtl(parse('--profile', 'aiml-training', '--stat-cache-ttl', '10s', 'b', '/m'))).toEqual({ kind: 'ms', ms: 10_000 });
+    expectOptionError(() => parse('--profile', 'aiml-gaming', 'b', '/m'), '--profile', 'aiml-gaming');
+  });
+});

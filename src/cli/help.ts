@@ -19,7 +19,8 @@ function typeHint(p: Param): string {
     case 'string-list':
       return '<opt,...>';
     case 'string':
-      if (p.choices) return `<${p.choices.join('|')}>`;
+      // An empty choice is the default's 'none' (--profile), not a value to show.
+      if (p.choices) return `<${p.choices.filter((c) => c !== '').join('|')}>`;
       return p.path ? '<path>' : '<string>';
   }
 }
@@ -119,7 +120,7 @@ export function optionsTableMarkdown(): string {
   const rows = (PARAMS as readonly Param[]).map((p) => {
     const flag = `\`${optionLabel(p.flag)}\``;
     const key = p.configKey ? `\`${p.configKey}\`` : '—';
-    const type = p.choices ? `${p.type} (${p.choices.join(', ')})` : p.type;
+    const type = p.choices ? `${p.type} (${p.choices.filter((c) => c !== '').join(', ')})` : p.type;
     const def = `\`${formatValue(p, p.default)}\``;
     const help = p.help + (p.deprecated ? ` Deprecated: ${p.deprecated}.` : '');
     return `| ${[flag, key, type, def, effectText[p.effect], help].map(mdCell).join(' | ')} |`;

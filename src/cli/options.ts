@@ -11,6 +11,7 @@ import { homedir } from 'node:os';
 import { resolve as resolvePath } from 'node:path';
 import { CacheFilterError, cacheFilter } from '../blocks/cache-filter.js';
 import { readConfigFile } from './config-file.js';
+import { PROFILE_DEFAULTS, type Profile } from './profiles.js';
 import { parseParamValue } from './param-value.js';
 import {
   GCSFUSE_ONLY_BY_FLAG,
@@ -36,7 +37,8 @@ import {
 export { OptionError } from './values.js';
 export type { ResolvedValues, ParamFlag, FlagOfType } from './params.js';
 
-export type ValueSource = 'default' | 'config' | 'flag';
+/** Where an option's value came from: its default, the config file, the command line, or --profile. */
+export type ValueSource = 'default' | 'config' | 'flag' | 'profile';
 
 export interface MountOptions {
   /** Positional BUCKET. */
@@ -264,9 +266,30 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
     throw err;
   }
 
+  applyProfile(values, sources, notices);
+
   if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
     notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');
   }
 
   return { bucket, mountPoint, values: values as ResolvedValues, sources, notices };
+}
+
+/**
+ * --profile's defaults (profiles.ts) in place of gcsmount's, for options the user left unset; named in a
+ * notice. The metadata TTL stays the deprecated flags' when the user set those (their own choice).
+ */
+function applyProfile(values: Record<string, unknown>, sources: Record<ParamFlag, ValueSource>, notices: string[]): void {
+  const profile = values['profile'] as string;
+  if (!profile) return;
+  const deprecatedTtl = sources['stat-cache-ttl'] !== 'default' || sources['type-cache-ttl'] !== 'default';
+  const applied: string[] = [];
+  for (const [flag, value] of Object.entries(PROFILE_DEFAULTS[profile as Profile])) {
+    const f = flag as ParamFlag;
+    if (sources[f] !== 'default' || (f === 'metadata-cache-ttl-secs' && deprecatedTtl)) continue;
+    values[f] = value;
+    sources[f] = 'profile';
+    applied.push(`--${f} ${value}`);
+  }
+  if (applied.length > 0) notices.push(`--profile ${profile} sets ${applied.join(', ')} (gcsfuse's defaults for that workload; options set explicitly win)`);
 }

@@ -35,8 +35,9 @@ export const COMPATIBILITY_PARAMS = [
     configKey: 'profile',
     type: 'string',
     default: '',
-    help: 'gcsfuse tuning profiles (aiml-*) do not apply: gcsmount\'s defaults target read-heavy ML',
+    help: "gcsfuse's defaults for a workload: aiml-training and aiml-serving keep metadata for good (--metadata-cache-ttl-secs -1, negative TTL 0, no stat cache limit; serving also keeps the kernel's listings, --kernel-list-cache-ttl-secs -1), aiml-checkpointing that and --rename-dir-limit 200000; options set explicitly win",
     group: 'Compatibility',
-    effect: 'ignored',
+    effect: 'effective',
+    choices: ['', 'aiml-training', 'aiml-serving', 'aiml-checkpointing'],
   },
 ] as const satisfies readonly Param[];
