@@ -387,9 +387,13 @@ describe('a handle reader sharing pooled blocks', () => {
 });
 
 describe('a reader joining a guess', () => {
-  it('moves a prefetched small object it waits on ahead of readahead (its promotion was lost before it was queued)', async () => {
+  /**
+   * A block source with one download slot over a client whose download of object 'x' waits for `openX`
+   * (the slot stays busy), any other's lands in a millisecond; `started` lists the downloads in order.
+   */
+  const oneSlot = () => {
     const started: string[] = [];
-    const gates = new Map<string, () => void>();
+    let gate: (() => void) | null = null;
     const client: ObjectClient = {
       bucket: 'b',
       probeBucket: async () => undefined,
@@ -397,14 +401,19 @@ describe('a reader joining a guess', () => {
       list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
       readRange: (object, start, end, into) =>
         new Promise((resolve) => {
-          started.push(object.name);
+          started.push(start === 0 ? object.name : `${object.name}@${start}`);
           const done = (): void => resolve(into!.subarray(0, end - start).fill(1));
-          if (object.name === 'x') gates.set('x', done);
+          if (object.name === 'x') gate = done;
           else setTimeout(done, 1);
         }),
     };
     const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
     const meta = (name: string, size: number): ObjectMeta => ({ name, size, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null });
+    return { source, meta, started, openX: () => gate!() };
+  };
+
+  it('moves a prefetched small object it waits on ahead of readahead (its promotion was lost before it was queued)', async () => {
+    const { source, meta, started, openX } = oneSlot();
     const tick = () => new Promise((r) => setTimeout(r, 5));
     // The one download slot is busy; a small object (fetched whole) is prefetched; a readahead queues.
     const busy = source.get(meta('x', BLOCK), 0, 'demand');
@@ -415,29 +424,13 @@ describe('a reader joining a guess', () => {
     await tick();
     // A reader opens the small object and waits for it: it goes next, before the readahead.
     const read = source.get(meta('small', 2 * BLOCK), 0, 'demand');
-    gates.get('x')!();
+    openX();
     for (const b of await Promise.all([busy, guessed, readahead, read])) b.release();
     expect(started).toEqual(['x', 'small', 'y']);
   });
 
   it('moves a queued guess ahead of readahead when a reader waits on it elsewhere (promote: a read parked in the addon, a shard read waiting on its index)', async () => {
-    const started: string[] = [];
-    let openGate: (() => void) | null = null;
-    const client: ObjectClient = {
-      bucket: 'b',
-      probeBucket: async () => undefined,
-      statObject: async () => null,
-      list: async () => ({ objects: [], prefixes: [], nextPageToken: null }),
-      readRange: (object, start, end, into) =>
-        new Promise((resolve) => {
-          started.push(`${object.name}@${start}`);
-          const done = (): void => resolve(into!.subarray(0, end - start).fill(1));
-          if (object.name === 'x') openGate = done;
-          else setTimeout(done, 1);
-        }),
-    };
-    const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
-    const meta = (name: string, size: number): ObjectMeta => ({ name, size, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null });
+    const { source, meta, started, openX } = oneSlot();
     const tick = () => new Promise((r) => setTimeout(r, 5));
     const busy = source.get(meta('x', BLOCK), 0, 'demand');
     await tick();
@@ -451,8 +444,8 @@ describe('a reader joining a guess', () => {
     source.promote(meta('big', 64 * BLOCK), 1);
     source.promote(meta('small', 2 * BLOCK), 1);
     source.promote(meta('nothing', BLOCK), 0);
-    openGate!();
+    openX();
     for (const b of await Promise.all([busy, block, whole, readahead])) b.release();
-    expect(started).toEqual(['x@0', `big@${BLOCK}`, 'small@0', 'y@0']);
+    expect(started).toEqual(['x', `big@${BLOCK}`, 'small', 'y']);
   });
 });

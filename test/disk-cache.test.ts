@@ -207,43 +207,12 @@ describe('a block cache that meets trouble recovers from it', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
-  it('an evicted block whose file could not be removed is found by a reconcile at the next start', async () => {
-    const dir = await tempDir('cache');
-    const { log, info, said } = logSpy();
-    const open = () => DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 2000 }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
-    const cache = open();
-    const first = blockFileKey(key(0));
-    const firstPath = join(dir, BLOCKS_DIR, first.slice(0, 2), first);
-    try {
-      await cache.write(key(0), Buffer.alloc(1000, 1));
-      await cache.write(key(1), Buffer.alloc(1000, 2));
-      // Undeletable (EPERM even for root): the eviction's unlink fails, and only after a while, so a stop
-      // that did not wait for it would close the index as clean first.
-      expect((await run('chattr', ['+i', firstPath])).code).toBe(0);
-      const rm = fsp.rm.bind(fsp);
-      vi.spyOn(fsp, 'rm').mockImplementation(async (...args: Parameters<typeof fsp.rm>) => {
-        await new Promise((r) => setTimeout(r, 200));
-        return rm(...args);
-      });
-      await cache.write(key(2), Buffer.alloc(1000, 3));
-      await cache.write(key(3), Buffer.alloc(1000, 4));
-      expect(cache.lookup(key(0))).toBeNull();
-      // As the daemon stops: drain, then close (the unlink's failure is heard of before close).
-      await cache.drain();
-    } finally {
-      cache.close();
-      await run('chattr', ['-i', firstPath]);
-    }
-    expect(await blockFiles(dir)).toContain(firstPath);
-    const again = open();
-    await again.ready;
-    again.close();
-    expect(said(info, 'block cache reconciled')).toBe(1);
-    expect(await blockFiles(dir)).not.toContain(firstPath);
-    await fsp.rm(dir, { recursive: true, force: true });
-  });
-
-  it('is not closed as clean while an evicted file is still being unlinked (it may yet fail)', async () => {
+  /**
+   * A cache of two 1000-byte blocks whose first block file is undeletable (EPERM even for root) and whose
+   * unlinks take 200 ms: a write evicts it, and its unlink fails only after a while. `stop` is what the
+   * daemon does before close; the next start must reconcile and remove the file.
+   */
+  const evictionFailsLate = async (stop: (cache: DiskCache) => Promise<void>): Promise<void> => {
     const dir = await tempDir('cache');
     const { log, info, said } = logSpy();
     const open = () => DiskCache.open({ dir, limit: { kind: 'bytes', bytes: 2000 }, ...DEFAULT_DISK_CACHE }, log, new Metrics());
@@ -261,10 +230,10 @@ describe('a block cache that meets trouble recovers from it', () => {
       });
       await cache.write(key(2), Buffer.alloc(1000, 3));
       expect(cache.lookup(key(0))).toBeNull();
-      // Closed with the unlink under way (an eviction that began after the stop's drain looked): its
-      // failure comes after close, so close itself must not say clean.
+      await stop(cache);
     } finally {
       cache.close();
+      // The unlink has failed by now, whether or not the stop waited for it.
       await new Promise((r) => setTimeout(r, 400));
       await run('chattr', ['-i', firstPath]);
     }
@@ -275,6 +244,20 @@ describe('a block cache that meets trouble recovers from it', () => {
     expect(said(info, 'block cache reconciled')).toBe(1);
     expect(await blockFiles(dir)).not.toContain(firstPath);
     await fsp.rm(dir, { recursive: true, force: true });
+  };
+
+  it('an evicted block whose file could not be removed is found by a reconcile at the next start', async () => {
+    // As the daemon stops: drain, then close (the unlink's failure is heard of before close).
+    await evictionFailsLate(async (cache) => {
+      await cache.write(key(3), Buffer.alloc(1000, 4));
+      await cache.drain();
+    });
+  });
+
+  it('is not closed as clean while an evicted file is still being unlinked (it may yet fail)', async () => {
+    // Closed with the unlink under way (an eviction that began after the stop's drain looked): its
+    // failure comes after close, so close itself must not say clean.
+    await evictionFailsLate(async () => undefined);
   });
 
   it('with no budget, gives space back when another program fills its disk below the free-space margin', async () => {

@@ -8,6 +8,30 @@ import { ShardFollower } from '../src/prefetch/shard-follower.js';
 import { parseArrayMetadata } from '../src/prefetch/zarr-layout.js';
 
 /**
+ * A 1-d Zarr v3 array `arr` of `count` shards of `perShard` inner chunks of `inner` bytes, its index at
+ * the end (offset, length per entry): its layout, one shard's bytes (all alike) and the shards' metadata.
+ */
+function shardedArray(count: number, perShard: number, inner: number) {
+  const doc = JSON.stringify({
+    zarr_format: 3,
+    node_type: 'array',
+    shape: [count * perShard],
+    chunk_grid: { name: 'regular', configuration: { chunk_shape: [perShard] } },
+    codecs: [{ name: 'sharding_indexed', configuration: { chunk_shape: [1], index_codecs: [{ name: 'bytes', configuration: { endian: 'little' } }] } }],
+  });
+  const layout = parseArrayMetadata('zarr.json', doc)!;
+  expect(layout.sharding).toBeDefined();
+  const index = Buffer.alloc(perShard * 16);
+  for (let e = 0; e < perShard; e++) {
+    index.writeBigUInt64LE(BigInt(e * inner), e * 16);
+    index.writeBigUInt64LE(BigInt(inner), e * 16 + 8);
+  }
+  const shardBytes = Buffer.concat([Buffer.alloc(perShard * inner), index]);
+  const shards = Array.from({ length: count }, (_, s): ObjectMeta => ({ name: `arr/c/${s}`, size: shardBytes.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null }));
+  return { layout, shardBytes, shards };
+}
+
+/**
  * A crowd of 16 readers walks a 1-d sharded array in C order (reader k reads inner chunks k, k + 16, ...)
  * and the shard follower fetches ahead of it. The blocks must be asked for in the order the crowd will
  * reach them: rounds started per read and run side by side let a far shard's blocks take the download
@@ -19,23 +43,7 @@ describe('ShardFollower: a crowd of readers through a sharded array', () => {
     const PER_SHARD = 48;
     const INNER = 1000;
     const BLOCK = 4096;
-    const doc = JSON.stringify({
-      zarr_format: 3,
-      node_type: 'array',
-      shape: [SHARDS * PER_SHARD],
-      chunk_grid: { name: 'regular', configuration: { chunk_shape: [PER_SHARD] } },
-      codecs: [{ name: 'sharding_indexed', configuration: { chunk_shape: [1], index_codecs: [{ name: 'bytes', configuration: { endian: 'little' } }] } }],
-    });
-    const layout = parseArrayMetadata('zarr.json', doc)!;
-    expect(layout.sharding).toBeDefined();
-    // Each shard: its inner chunks in order, then the index (offset, length per entry).
-    const index = Buffer.alloc(PER_SHARD * 16);
-    for (let e = 0; e < PER_SHARD; e++) {
-      index.writeBigUInt64LE(BigInt(e * INNER), e * 16);
-      index.writeBigUInt64LE(BigInt(INNER), e * 16 + 8);
-    }
-    const shardBytes = Buffer.concat([Buffer.alloc(PER_SHARD * INNER), index]);
-    const shards = Array.from({ length: SHARDS }, (_, s): ObjectMeta => ({ name: `arr/c/${s}`, size: shardBytes.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null }));
+    const { layout, shardBytes, shards } = shardedArray(SHARDS, PER_SHARD, INNER);
     const shardOf = (meta: ObjectMeta) => Number(meta.name.slice('arr/c/'.length));
 
     const asked: { shard: number; block: number }[] = [];
@@ -120,21 +128,7 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
     const PER_SHARD = 8;
     const INNER = 1000;
     const BLOCK = 4096;
-    const doc = JSON.stringify({
-      zarr_format: 3,
-      node_type: 'array',
-      shape: [4 * PER_SHARD],
-      chunk_grid: { name: 'regular', configuration: { chunk_shape: [PER_SHARD] } },
-      codecs: [{ name: 'sharding_indexed', configuration: { chunk_shape: [1], index_codecs: [{ name: 'bytes', configuration: { endian: 'little' } }] } }],
-    });
-    const layout = parseArrayMetadata('zarr.json', doc)!;
-    const index = Buffer.alloc(PER_SHARD * 16);
-    for (let e = 0; e < PER_SHARD; e++) {
-      index.writeBigUInt64LE(BigInt(e * INNER), e * 16);
-      index.writeBigUInt64LE(BigInt(INNER), e * 16 + 8);
-    }
-    const shardBytes = Buffer.concat([Buffer.alloc(PER_SHARD * INNER), index]);
-    const shards = Array.from({ length: 4 }, (_, s): ObjectMeta => ({ name: `arr/c/${s}`, size: shardBytes.length, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null }));
+    const { layout, shardBytes, shards } = shardedArray(4, PER_SHARD, INNER);
     const indexBlock = Math.floor((PER_SHARD * INNER) / BLOCK);
     const guesses: string[] = [];
     const promoted: string[] = [];

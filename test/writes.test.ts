@@ -42,6 +42,14 @@ async function py(script: string, ...args: string[]): Promise<string> {
   return r.stdout.trim();
 }
 
+/** Copies argv[1] into argv[2] 300,000 bytes at a time, an fsync after each (a log written as it grows). */
+const FSYNC_EVERY_300K = `import os,sys
+src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
+for at in range(0, len(src), 300000):
+  os.write(fd, src[at:at+300000]); os.fsync(fd)
+os.close(fd)
+print('done')`;
+
 describe('writes through a mount with a cache dir', () => {
   let tb: TestBucket;
   let m: Mounted;
@@ -142,12 +150,7 @@ os.close(fd)`,
     await fsp.writeFile(local, data);
     const stats0 = (await mountStats(m.path)).counters;
     const out = await py(
-      `import os,sys
-src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
-for at in range(0, len(src), 300000):
-  os.write(fd, src[at:at+300000]); os.fsync(fd)
-os.close(fd)
-print('done')`,
+      FSYNC_EVERY_300K,
       local,
       join(m.path, 'log'),
     );
@@ -170,12 +173,7 @@ print('done')`,
       await fsp.writeFile(local, data);
       const stats0 = (await mountStats(staged.path)).counters;
       const out = await py(
-        `import os,sys
-src=open(sys.argv[1],'rb').read(); fd=os.open(sys.argv[2], os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
-for at in range(0, len(src), 300000):
-  os.write(fd, src[at:at+300000]); os.fsync(fd)
-os.close(fd)
-print('done')`,
+        FSYNC_EVERY_300K,
         local,
         join(staged.path, 'unstreamed.log'),
       );
