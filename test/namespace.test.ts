@@ -152,4 +152,27 @@ describe('namespace lookups against the emulator', () => {
     expect(all.every((e) => e === null)).toBe(true);
     expect(tb.emulator.stats().requests.total).toBe(1);
   });
+
+  it("trusts a lookup walk's 'no such name' for the negative TTL from when its page was asked for, not from its answer", async () => {
+    // A page that takes 4 s of the namespace's clock to come back: its "missing" is 4 s old on arrival.
+    const clock = { t: 0, now: () => clock.t };
+    const cache = new MetadataCache(
+      { ttl: { kind: 'ms', ms: 60_000 }, negativeTtl: { kind: 'ms', ms: 5_000 }, statBudget: { kind: 'unlimited' }, typeBudget: { kind: 'unlimited' }, clock },
+      new Metrics(),
+    );
+    const prefetch = { enabled: true, entriesLimit: Number.POSITIVE_INFINITY, maxWorkers: 10 };
+    const walking = new Namespace({ client, names: new NameMapper(null), cache, listTtlMs: 60_000, prefetch, once: new OnceLog(silentLogger), metrics: new Metrics() });
+    tb.emulator.setKnobs({ latencyMs: 200 });
+    try {
+      const asked = walking.lookup('/y/late');
+      clock.t = 4_000;
+      expect(await asked).toBeNull();
+      await upload(tb, 'y/late', 'now here');
+      // 5.1 s after the question (1.1 s after the answer): the negative TTL has run out, GCS is asked.
+      clock.t = 5_100;
+      expect(await walking.lookup('/y/late')).toMatchObject({ kind: 'file' });
+    } finally {
+      tb.emulator.setKnobs({ latencyMs: 0 });
+    }
+  });
 });
