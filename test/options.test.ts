@@ -652,3 +652,12 @@ describe("gcsfuse's --profile", () => {
     expectOptionError(() => parse('--profile', 'aiml-gaming', 'b', '/m'), '--profile', 'aiml-gaming');
   });
 });
+
+describe("gcsfuse's deprecated --stat-cache-capacity", () => {
+  it('becomes the stat cache size where --stat-cache-max-size-mb is not set (1,720 bytes an entry, whole MiB up), over a profile too', () => {
+    expect(getSizeLimit(parse('--stat-cache-capacity', '100000', 'b', '/m'), 'stat-cache-max-size-mb')).toEqual({ kind: 'bytes', bytes: 165 * 2 ** 20 });
+    expect(getSizeLimit(parse('--stat-cache-capacity', '100000', '--stat-cache-max-size-mb', '8', 'b', '/m'), 'stat-cache-max-size-mb')).toEqual({ kind: 'bytes', bytes: 8 * 2 ** 20 });
+    expect(getSizeLimit(parse('--stat-cache-capacity', '0', '--profile', 'aiml-training', 'b', '/m'), 'stat-cache-max-size-mb')).toEqual({ kind: 'off' });
+    expect(getSizeLimit(parse('b', '/m'), 'stat-cache-max-size-mb')).toEqual({ kind: 'bytes', bytes: 33 * 2 ** 20 });
+  });
+});

@@ -267,6 +267,7 @@ export function parseMountArgs(argv: string[], env: NodeJS.ProcessEnv = process.
   }
 
   applyProfile(values, sources, notices);
+  applyStatCacheCapacity(values, sources);
 
   if (sources['implicit-dirs'] !== 'default' && values['implicit-dirs'] === false) {
     notices.push('implicit-dirs=false has no effect: gcsmount always treats object prefixes as directories');
@@ -292,4 +293,18 @@ function applyProfile(values: Record<string, unknown>, sources: Record<ParamFlag
     applied.push(`--${f} ${value}`);
   }
   if (applied.length > 0) notices.push(`--profile ${profile} sets ${applied.join(', ')} (gcsfuse's defaults for that workload; options set explicitly win)`);
+}
+
+/** gcsfuse's size of a stat cache entry, positive and negative together, for --stat-cache-capacity. */
+const STAT_ENTRY_BYTES = 1464 + 256;
+
+/**
+ * The deprecated --stat-cache-capacity (entries), set while --stat-cache-max-size-mb is not: the size
+ * gcsfuse makes of it (whole MiB, rounded up), over a profile's value too, as gcsfuse orders them.
+ */
+function applyStatCacheCapacity(values: Record<string, unknown>, sources: Record<ParamFlag, ValueSource>): void {
+  if (sources['stat-cache-capacity'] === 'default') return;
+  if (sources['stat-cache-max-size-mb'] !== 'default' && sources['stat-cache-max-size-mb'] !== 'profile') return;
+  values['stat-cache-max-size-mb'] = Math.ceil(((values['stat-cache-capacity'] as number) * STAT_ENTRY_BYTES) / 2 ** 20);
+  sources['stat-cache-max-size-mb'] = sources['stat-cache-capacity'];
 }
