@@ -2,6 +2,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LogRotation } from '../src/observe/log-rotation.js';
 import { createLogger } from '../src/observe/logger.js';
 import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
@@ -307,6 +308,22 @@ describe("the daemon's log on a full disk", () => {
     expect(kept.length).toBeGreaterThan(200);
     expect(kept).toEqual(Array.from({ length: kept.length }, (_, i) => name(600 - kept.length + i)));
     for (const b of backups) expect((await fsp.stat(join(dir, b))).size).toBeLessThan(64 * 1024);
+  });
+
+  it('writes on to the full log when no fresh one can be opened (out of descriptors), never failing the daemon', async () => {
+    const dir = await tempDir('logrotate-emfile');
+    const file = join(dir, 'gcsmount.log');
+    await fsp.writeFile(file, 'x'.repeat(2000));
+    const problems: string[] = [];
+    const dest = { reopen: () => { throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' }); } };
+    const rotation = new LogRotation(file, { maxBytes: 1000, backups: 2, compress: true }, dest, (_f, msg) => problems.push(msg));
+    rotation.wrote(10);
+    await new Promise((r) => setImmediate(r));
+    await rotation.settled();
+    expect(problems).toEqual(['log rotation: could not open a fresh log file; writing on to the full one']);
+    // The full file is back under its name (the descriptor still writes to it), and nothing else is there.
+    expect(await fsp.readdir(dir)).toEqual(['gcsmount.log']);
+    expect((await fsp.stat(file)).size).toBe(2000);
   });
 
   it('keeps every rotated log with a backup count of 0, uncompressed when asked', async () => {

@@ -103,7 +103,20 @@ export class LogRotation {
       this.bytes = this.sizeNow();
       return;
     }
-    this.dest.reopen();
+    try {
+      this.dest.reopen();
+    } catch (err) {
+      // No file could be opened at the path (out of descriptors, a quota): the destination still
+      // writes to the file just renamed, which goes back to its name, and the next line tries again.
+      try {
+        renameSync(backup, this.file);
+      } catch {
+        // something else is at the path now: the lines go on into the backup
+      }
+      this.bytes = this.sizeNow();
+      this.problem({ err: String(err) }, 'log rotation: could not open a fresh log file; writing on to the full one');
+      return;
+    }
     this.bytes = 0;
     this.chores = this.chores.then(() => this.afterRotation(backup));
   }

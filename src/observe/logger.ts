@@ -85,7 +85,12 @@ export function createLogger(cfg: LoggerConfig): DaemonLogger {
   if (rotation) dest.on('write', (n: number) => rotation.wrote(n));
   const reopen = (): void => {
     if (!cfg.file) return;
-    dest.reopen();
+    try {
+      dest.reopen();
+    } catch (err) {
+      // The old descriptor stays (sonic-boom keeps it): lines go on where they went; said once there.
+      setImmediate(() => log.warn({ err: String(err) }, 'the log file could not be reopened; writing on to the one open'));
+    }
     rotation?.reopened();
   };
   return { log, reopen, lostLines: () => lost, rotationsSettled: () => rotation?.settled() ?? Promise.resolve() };
