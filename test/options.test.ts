@@ -624,7 +624,16 @@ describe("the disk cache's include and exclude patterns (gcsfuse's --file-cache-
     expect(cacheFilter('b', '(?i)\\.ZARR/', '')!('x.zarr/0')).toBe(true);
     expect(cacheFilter('b', '(?P<store>[a-z]+)\\.zarr/', '')!('era.zarr/0')).toBe(true);
     expect(cacheFilter('b', '', 'a\\-b')!('a-b')).toBe(false);
-    expectOptionError(() => parse('--file-cache-exclude-regex', '(unclosed', 'b', '/m'), '--file-cache-exclude-regex', 'not a valid regular expression');
+    // RE2's text anchors, and a dash escaped in a class (the dash, not a range).
+    const tmp = cacheFilter('b', '', '\\.tmp\\z')!;
+    expect([tmp('x.tmp'), tmp('x.tmp.keep')]).toEqual([false, true]);
+    expect(cacheFilter('b', '\\Ab/zarr/', '')!('zarr/0')).toBe(true);
+    expect(cacheFilter('b', '\\Azarr/', '')!('zarr/0')).toBe(false);
+    const dash = cacheFilter('b', '', '^b/[a\\-c]$')!;
+    expect([dash('-'), dash('b')]).toEqual([false, true]);
+    // RE2 forms JavaScript would read as something else are refused, never read wrongly.
+    for (const re2 of ['[[:digit:]]', '\\pL', '\\Q.\\E']) expectOptionError(() => parse('--file-cache-include-regex', re2, 'b', '/m'), '--file-cache-include-regex');
+    expectOptionError(() => parse('--file-cache-exclude-regex', '(unclosed', 'b', '/m'), '--file-cache-exclude-regex', 'not a regular expression gcsmount can read');
     expectOptionError(() => parse('--file-cache-include-regex', '(?U)a+', 'b', '/m'), '--file-cache-include-regex', '(?U)');
     expect(parse('--file-cache-include-regex', '(?i)x', 'b', '/m').values['file-cache-include-regex']).toBe('(?i)x');
   });

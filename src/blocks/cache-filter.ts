@@ -13,10 +13,39 @@ export class CacheFilterError extends Error {
 /** Whether the disk cache keeps `objectName` of the mount's bucket. */
 export type CacheFilter = (objectName: string) => boolean;
 
+/** What JavaScript's Unicode mode lets be escaped as itself; RE2 lets any ASCII punctuation be. */
+const JS_SYNTAX = new Set('^$\\.*+?()[]{}|/');
+
 /**
- * gcsfuse's patterns are Go's (RE2). The common RE2-only forms are taken as RE2 means them: flags at the
- * start (`(?i)`, `(?s)`, `(?m)`, as JavaScript's flags) and named groups `(?P<name>...)`. Anything else
- * JavaScript does not read is refused with the reason.
+ * An RE2 pattern as a JavaScript one meaning the same: `\A` and `\z` (start and end of the text),
+ * escaped punctuation JavaScript's Unicode mode refuses (`\-`, `\#`: the character itself; `\-` kept
+ * inside a class, where it is allowed and means the dash), and named groups `(?P<name>...)`. Other RE2
+ * forms (`[[:alpha:]]`, `\pL`, `\Q...\E`) are not translated: Unicode mode refuses them, and so does
+ * compile(), rather than read them as something else.
+ */
+function fromRe2(pattern: string): string {
+  let out = '';
+  let inClass = false;
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === '\\' && i + 1 < pattern.length) {
+      const n = pattern[++i]!;
+      if (!inClass && n === 'A') out += '(?<![\\s\\S])';
+      else if (!inClass && n === 'z') out += '(?![\\s\\S])';
+      else if (/[!-\/:-@[-`{-~]/.test(n) && !JS_SYNTAX.has(n) && !(inClass && n === '-')) out += n;
+      else out += c + n;
+      continue;
+    }
+    if (c === '[' && !inClass) inClass = true;
+    else if (c === ']' && inClass) inClass = false;
+    out += c;
+  }
+  return out.replace(/\(\?P</g, '(?<');
+}
+
+/**
+ * gcsfuse's patterns are Go's (RE2), compiled as JavaScript's in Unicode mode after fromRe2; flags at the
+ * start (`(?i)`, `(?s)`, `(?m)`) become JavaScript's. A pattern it cannot read is refused with the reason.
  */
 function compile(flag: string, pattern: string): RegExp {
   let source = pattern;
@@ -29,16 +58,10 @@ function compile(flag: string, pattern: string): RegExp {
     }
     source = source.slice(lead[0].length);
   }
-  source = source.replace(/\(\?P</g, '(?<');
   try {
-    return new RegExp(source, `${flags}u`);
-  } catch {
-    // Unicode mode refuses escapes RE2 takes (\- outside a class): the lenient mode reads them as RE2 does.
-  }
-  try {
-    return new RegExp(source, flags);
+    return new RegExp(fromRe2(source), `${flags}u`);
   } catch (err) {
-    throw new CacheFilterError(`--${flag}: ${JSON.stringify(pattern)} is not a valid regular expression (${(err as Error).message})`);
+    throw new CacheFilterError(`--${flag}: ${JSON.stringify(pattern)} is not a regular expression gcsmount can read (${(err as Error).message})`);
   }
 }
 
