@@ -16,7 +16,7 @@ const settle = () => new Promise((r) => setTimeout(r, 5));
  * were: 32 lookups per open at the default distance).
  */
 describe('Prefetcher: a stream walked once', () => {
-  async function run(order: number[], opts: { budgetStopsAt?: number; budgetBackAt?: number } = {}) {
+  async function run(order: number[], opts: { budgetStopsAt?: number; budgetBackAt?: number; excluded?: boolean } = {}) {
     const chunks = 400;
     const zarray = JSON.stringify({ zarr_format: 2, shape: [chunks], chunks: [1], dtype: '<f4', order: 'C', dimension_separator: '.', compressor: null, fill_value: 0, filters: null });
     const objects = new Map<string, ObjectMeta>([['/arr/.zarray', metaOf('arr/.zarray', zarray.length)]]);
@@ -39,7 +39,7 @@ describe('Prefetcher: a stream walked once', () => {
         return Promise.resolve(data(meta.name === 'arr/.zarray' ? Buffer.from(zarray) : Buffer.alloc(4)));
       },
       cached: () => false,
-      excluded: () => false,
+      excluded: () => opts.excluded ?? false,
       hasMemoryFor: () => allowed-- > 0,
     } as unknown as BlockSource;
     const metrics = new Metrics();
@@ -62,6 +62,11 @@ describe('Prefetcher: a stream walked once', () => {
     const chunkLookups = [...lookups].filter(([p]) => /^\/arr\/\d+$/.test(p)).reduce((n, [, c]) => n + c, 0);
     return { fetched, chunkLookups };
   }
+
+  it('fetches nothing ahead of objects the disk cache does not keep (--file-cache-exclude-regex)', async () => {
+    const { fetched } = await run(Array.from({ length: 40 }, (_, i) => i), { excluded: true });
+    expect(fetched).toEqual([]);
+  });
 
   it('looks each chunk up once, and fetches each chunk ahead of the reader once', async () => {
     const { fetched, chunkLookups } = await run(Array.from({ length: 200 }, (_, i) => i));

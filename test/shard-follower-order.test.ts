@@ -58,6 +58,7 @@ describe('ShardFollower: a crowd of readers through a sharded array', () => {
         return { bytes, release: () => undefined, retain() { return this; } };
       },
       cached: () => false,
+      excluded: () => false,
       // No disk cache: no inner chunk is fetched alone.
       getRange: () => null,
     } as unknown as BlockSource;
@@ -144,6 +145,7 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
       },
       promote: (meta: ObjectMeta, b: number) => promoted.push(`${meta.name}#${b}`),
       cached: () => false,
+      excluded: () => false,
       getRange: () => null,
     } as unknown as BlockSource;
     const follower = new ShardFollower({
@@ -165,5 +167,43 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
     expect(promoted).toEqual([]);
     follower.shardOpened(array, [1], shards[1]!);
     expect(promoted).toEqual([`arr/c/1#${indexBlock}`]);
+  });
+
+  it('asks nothing ahead of shards the disk cache does not keep (--file-cache-exclude-regex), their indexes neither', async () => {
+    const { layout, shardBytes, shards } = shardedArray(4, 8, 1000);
+    const asked: string[] = [];
+    const blocks = {
+      blockSize: 4096,
+      get: (meta: ObjectMeta, b: number, priority: string) => {
+        if (priority === 'prefetch') asked.push(`${meta.name}#${b}`);
+        const bytes = shardBytes.subarray(b * 4096, Math.min(shardBytes.length, (b + 1) * 4096));
+        return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
+      },
+      excluded: (meta: ObjectMeta) => meta.name !== 'arr/c/0',
+      promote: () => undefined,
+      cached: () => false,
+      getRange: () => null,
+    } as unknown as BlockSource;
+    const started: string[] = [];
+    const follower = new ShardFollower({
+      blocks,
+      store: { holdsInMemory: false } as unknown as PrefetchStore,
+      metrics: new Metrics(),
+      log: silentLogger,
+      file: async (path: string) => shards[Number(path.slice('/arr/c/'.length))] ?? null,
+      turn: async () => true,
+      start: (meta) => {
+        started.push(meta.name);
+        return true;
+      },
+    });
+    const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
+    follower.shardOpened(array, [0], shards[0]!);
+    for (let p = 0; p < 8; p++) {
+      follower.read(shards[0]!, p * 1000);
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    }
+    expect(asked.filter((a) => !a.startsWith('arr/c/0#'))).toEqual([]);
+    expect(started.filter((n) => n !== 'arr/c/0')).toEqual([]);
   });
 });

@@ -237,6 +237,8 @@ export class ShardFollower {
     const chunk = order.chunkAt(position);
     if (!insideArray(array.sharding, chunk)) return true;
     const meta = await this.deps.file(childPath(array.root, keyOfIndices(array.layout, chunk.shard)));
+    // Not kept by the disk cache (--file-cache-exclude-regex): nothing of it is fetched ahead, its index neither.
+    if (meta && this.deps.blocks.excluded(meta)) return true;
     const index = meta ? await this.indexOf(array.sharding, meta, 'prefetch', distance <= YOUNG_STREAM) : null;
     const range = index?.[chunk.entry];
     if (!meta || !range) {
