@@ -710,6 +710,9 @@ f.close(); print('closed')`,
     expect((await stored(tb, 'new.txt'))?.toString()).toBe('the bytes');
     // The bytes replaced the hold's own generation (a precondition on it), not whatever was there.
     expect((await resource(tb, 'new.txt'))!.generation).not.toBe(hold!.generation);
+    // The hold, and so the file after it, has its name's content type, as a file made without one has.
+    expect(hold!.contentType).toBe('text/plain');
+    expect((await resource(tb, 'new.txt'))!.contentType).toBe('text/plain');
     // O_EXCL of a name that exists is still EEXIST, and the object there is left alone.
     expect(await py(`import os,sys,errno\ntry: os.open(sys.argv[1], os.O_CREAT|os.O_EXCL|os.O_WRONLY); print('ok')\nexcept OSError as x: print(errno.errorcode[x.errno])`, join(m.path, 'taken'))).toBe('EEXIST');
     expect((await stored(tb, 'taken'))?.toString()).toBe('other');

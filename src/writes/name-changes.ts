@@ -1,3 +1,4 @@
+import { lookup as mimeTypeOf } from 'mime-types';
 import type { Entry } from '../namespace/entry.js';
 import type { NameMapper } from '../namespace/names.js';
 import { isGcsError } from '../gcs/errors.js';
@@ -90,7 +91,11 @@ export class NameChanges {
   async makeFile(path: string, metadata?: Record<string, string>): Promise<Entry> {
     if (await this.files.entryOf(path)) throw new RefusedError('EEXIST', `${path} exists`);
     try {
-      const object = await this.deps.client.uploadObject(this.deps.names.objectName(path), Buffer.alloc(0), { ifGenerationMatch: '0', ...(metadata ? { metadata } : {}) });
+      const name = this.deps.names.objectName(path);
+      // A content type by the name's extension, as every new object gets one (kept-attributes.ts): the
+      // file's later uploads keep what this object has.
+      const contentType = mimeTypeOf(name) || undefined;
+      const object = await this.deps.client.uploadObject(name, Buffer.alloc(0), { ifGenerationMatch: '0', ...(metadata ? { metadata } : {}), ...(contentType ? { contentType } : {}) });
       const entry: Entry = { kind: 'file', meta: object };
       this.deps.changes.set(path, entry);
       return entry;
