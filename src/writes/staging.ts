@@ -25,8 +25,19 @@ function holdAlive(dir: string): FileLock {
   return holdFileLock(join(dir, ALIVE));
 }
 
-/** Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here). */
+/**
+ * A folder this young may be a daemon's that is taking its lock right now: probing it then could take
+ * the lock first (lockExclusively retries until one side wins) and remove a live daemon's folder.
+ */
+const YOUNG_FOLDER_MS = 60_000;
+
+/** Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here), or may be about to. */
 function heldByAnother(dir: string): boolean {
+  try {
+    if (Date.now() - statSync(dir).mtimeMs < YOUNG_FOLDER_MS) return true;
+  } catch {
+    return false;
+  }
   if (!existsSync(join(dir, ALIVE))) return false;
   try {
     holdAlive(dir).release();
