@@ -46,7 +46,7 @@ export const BLOCK_CACHE_PARAMS = [
     configKey: 'file-cache.include-regex',
     type: 'string',
     default: '',
-    help: 'Keep in the disk cache only objects whose BUCKET/OBJECT matches this regular expression (Go/RE2 syntax as gcsfuse; leading (?i) (?s) (?m) flags and (?P<name>) groups are taken); others are read as without a cache dir and not prefetched',
+    help: 'Keep in the disk cache only objects whose BUCKET/OBJECT matches this regular expression (Go/RE2 syntax as gcsfuse; leading (?i) (?s) (?m) flags, (?P<name>) groups, \\A, \\z and escaped punctuation are translated; POSIX classes, \\pL and \\Q..\\E are refused); others are read as without a cache dir and not prefetched',
     group: 'Block cache',
     effect: 'effective',
   },
