@@ -31,8 +31,8 @@ function pauseSync(ms: number): void {
  * another process holds the lock for `CONTENDED_MS`, throws `busy()`. Any other failure closes the
  * connection and is thrown as it is.
  */
-export function lockExclusively(open: () => Database.Database, lock: (db: Database.Database) => void, busy: () => Error): Database.Database {
-  const deadline = Date.now() + CONTENDED_MS;
+export function lockExclusively(open: () => Database.Database, lock: (db: Database.Database) => void, busy: () => Error, patienceMs = CONTENDED_MS): Database.Database {
+  const deadline = Date.now() + patienceMs;
   for (;;) {
     const db = open();
     try {
@@ -70,8 +70,11 @@ function inodeAt(path: string): bigint | null {
  * `removeOnRelease`: the file goes when the lock is released (a SIGKILL still leaves it, to be reused).
  * A process that opened the file just before its holder removed it would then lock a file no longer at
  * `path`: each lock taken is checked to be on the file at `path`, and taken again if it is not.
+ *
+ * `patienceMs`: how long a busy lock is tried for (0: once, for a probe that must never win a lock its
+ * owner is taking right now: see staging.ts).
  */
-export function holdFileLock(path: string, removeOnRelease = false): FileLock {
+export function holdFileLock(path: string, removeOnRelease = false, patienceMs = CONTENDED_MS): FileLock {
   for (;;) {
     // Made before SQLite opens it, and closed at once: closing a descriptor of a file drops every fcntl
     // lock this process holds on it, so none of ours may be closed once SQLite has its lock.
@@ -84,6 +87,7 @@ export function holdFileLock(path: string, removeOnRelease = false): FileLock {
         takeExclusiveLock(d);
       },
       () => new FileLockBusyError(`${path} is locked by another process`),
+      patienceMs,
     );
     if (before === null || inodeAt(path) !== before) {
       db.close();

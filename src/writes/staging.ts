@@ -26,21 +26,14 @@ function holdAlive(dir: string): FileLock {
 }
 
 /**
- * A folder this young may be a daemon's that is taking its lock right now: probing it then could take
- * the lock first (lockExclusively retries until one side wins) and remove a live daemon's folder.
+ * Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here). Tried once: a
+ * probe that waited out a busy lock (as a daemon taking its own does) could win it from a daemon taking
+ * it this moment, and then remove that live daemon's folder; once, a lock being taken reads as held.
  */
-const YOUNG_FOLDER_MS = 60_000;
-
-/** Whether another process holds `dir`'s lock (a live daemon, whatever pid it has here), or may be about to. */
 function heldByAnother(dir: string): boolean {
-  try {
-    if (Date.now() - statSync(dir).mtimeMs < YOUNG_FOLDER_MS) return true;
-  } catch {
-    return false;
-  }
   if (!existsSync(join(dir, ALIVE))) return false;
   try {
-    holdAlive(dir).release();
+    holdFileLock(join(dir, ALIVE), false, 0).release();
     return false;
   } catch (err) {
     return err instanceof FileLockBusyError;
