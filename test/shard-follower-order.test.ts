@@ -31,6 +31,19 @@ function shardedArray(count: number, perShard: number, inner: number) {
   return { layout, shardBytes, shards };
 }
 
+/** A follower of the array `shards` over `blocks`, no disk and no download-slot limit, `start` told of each file it starts. */
+function followerOver(blocks: BlockSource, shards: ObjectMeta[], start: (meta: ObjectMeta) => boolean): ShardFollower {
+  return new ShardFollower({
+    blocks,
+    store: { holdsInMemory: false } as unknown as PrefetchStore,
+    metrics: new Metrics(),
+    log: silentLogger,
+    file: async (path: string) => shards[Number(path.slice('/arr/c/'.length))] ?? null,
+    turn: async () => true,
+    start,
+  });
+}
+
 /**
  * A crowd of 16 readers walks a 1-d sharded array in C order (reader k reads inner chunks k, k + 16, ...)
  * and the shard follower fetches ahead of it. The blocks must be asked for in the order the crowd will
@@ -148,15 +161,7 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
       excluded: () => false,
       getRange: () => null,
     } as unknown as BlockSource;
-    const follower = new ShardFollower({
-      blocks,
-      store: { holdsInMemory: false } as unknown as PrefetchStore,
-      metrics: new Metrics(),
-      log: silentLogger,
-      file: async (path: string) => shards[Number(path.slice('/arr/c/'.length))] ?? null,
-      turn: async () => true,
-      start: () => true,
-    });
+    const follower = followerOver(blocks, shards, () => true);
     const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
     follower.shardOpened(array, [0], shards[0]!);
     for (let p = 0; p < PER_SHARD; p++) {
@@ -185,17 +190,9 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
       getRange: () => null,
     } as unknown as BlockSource;
     const started: string[] = [];
-    const follower = new ShardFollower({
-      blocks,
-      store: { holdsInMemory: false } as unknown as PrefetchStore,
-      metrics: new Metrics(),
-      log: silentLogger,
-      file: async (path: string) => shards[Number(path.slice('/arr/c/'.length))] ?? null,
-      turn: async () => true,
-      start: (meta) => {
-        started.push(meta.name);
-        return true;
-      },
+    const follower = followerOver(blocks, shards, (meta) => {
+      started.push(meta.name);
+      return true;
     });
     const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
     follower.shardOpened(array, [0], shards[0]!);
