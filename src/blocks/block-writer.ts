@@ -88,12 +88,12 @@ export class BlockWriter {
     return p;
   }
 
-  /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
   /** Blocks being written now. */
   get writing(): boolean {
     return this.writesInFlight.size > 0;
   }
 
+  /** Waits for the blocks being written (a clean stop should keep what it has downloaded). */
   async drain(): Promise<void> {
     while (this.writesInFlight.size > 0) await Promise.allSettled([...this.writesInFlight.values()]);
   }

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EXIT, UserError } from './exit.js';
-import { basename } from 'node:path';
 import { GCSFUSE_ONLY_PARAMS, PARAMS, type Param } from './params.js';
 
 // `mount.gcsmount`: what mount(8) runs for `mount -t gcsmount` and for fstab lines of type gcsmount,

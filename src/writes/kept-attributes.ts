@@ -9,6 +9,11 @@ import type { Logger } from '../observe/logger.js';
  * gcsfuse guesses it (mime-types: the jshttp project's table over mime-db, which Express and most of
  * Node's HTTP servers use).
  */
+/** A new object's content type by its name's extension, as gcsfuse guesses it; undefined when unknown. */
+export function guessedContentType(objectName: string): string | undefined {
+  return mimeTypeOf(objectName) || undefined;
+}
+
 export class KeptAttributes {
   /** Known once asked of GCS or uploaded; null: a new file, or not asked yet. */
   private known: NewObjectAttrs | null = null;
@@ -43,7 +48,7 @@ export class KeptAttributes {
 
   /** The attributes of an upload to `objectName` (the name it has now: renamed, maybe), with `mtime`'s keys over the kept ones. */
   forUpload(objectName: string, mtime: Record<string, string>): NewObjectAttrs {
-    const contentType = this.known ? this.known.contentType : mimeTypeOf(objectName) || undefined;
+    const contentType = this.known ? this.known.contentType : guessedContentType(objectName);
     return { metadata: { ...this.known?.metadata, ...mtime }, ...(contentType ? { contentType } : {}) };
   }
 }

@@ -1,9 +1,9 @@
-import { lookup as mimeTypeOf } from 'mime-types';
 import type { Entry } from '../namespace/entry.js';
 import type { NameMapper } from '../namespace/names.js';
 import { isGcsError } from '../gcs/errors.js';
 import type { ObjectMeta, WritableObjectClient, WrittenObject } from '../gcs/object-client.js';
 import type { LocalChanges } from './local-changes.js';
+import { guessedContentType } from './kept-attributes.js';
 import { deleteObject, moveObject } from './object-moves.js';
 import type { OpenReaders } from './open-readers.js';
 import { RefusedError } from './write-error.js';
@@ -94,7 +94,7 @@ export class NameChanges {
       const name = this.deps.names.objectName(path);
       // A content type by the name's extension, as every new object gets one (kept-attributes.ts): the
       // file's later uploads keep what this object has.
-      const contentType = mimeTypeOf(name) || undefined;
+      const contentType = guessedContentType(name);
       const object = await this.deps.client.uploadObject(name, Buffer.alloc(0), { ifGenerationMatch: '0', ...(metadata ? { metadata } : {}), ...(contentType ? { contentType } : {}) });
       const entry: Entry = { kind: 'file', meta: object };
       this.deps.changes.set(path, entry);

@@ -1,5 +1,6 @@
 // gcsfuse options accepted for compatibility.
 
+import { PROFILES } from '../profiles.js';
 import type { Param } from './param.js';
 
 export const COMPATIBILITY_PARAMS = [
@@ -38,6 +39,7 @@ export const COMPATIBILITY_PARAMS = [
     help: "gcsfuse's defaults for a workload: aiml-training and aiml-serving keep metadata for good (--metadata-cache-ttl-secs -1, negative TTL 0, no stat cache limit; serving also keeps the kernel's listings, --kernel-list-cache-ttl-secs -1), aiml-checkpointing that and --rename-dir-limit 200000; options set explicitly win",
     group: 'Compatibility',
     effect: 'effective',
-    choices: ['', 'aiml-training', 'aiml-serving', 'aiml-checkpointing'],
+    // '': no profile (the default).
+    choices: ['', ...PROFILES],
   },
 ] as const satisfies readonly Param[];
