@@ -741,6 +741,31 @@ describe('writes through @google-cloud/storage', () => {
   });
 });
 
+describe('settable object fields (cacheControl, storageClass, ...)', () => {
+  const fields = { cacheControl: 'no-store', contentDisposition: 'inline', contentLanguage: 'de', customTime: '2026-03-04T05:06:07.000Z', storageClass: 'NEARLINE' };
+
+  it('keeps them from the upload, through a copy, and patches all but the storage class; bad values are 400', async () => {
+    const file = bucket.file('f/fields.txt');
+    await file.save('x', { resumable: false, metadata: fields });
+    expect((await file.getMetadata())[0]).toMatchObject(fields);
+    await file.copy('f/copy.txt');
+    expect((await bucket.file('f/copy.txt').getMetadata())[0]).toMatchObject(fields);
+    // A rewrite names the new class (setStorageClass rewrites the object onto itself).
+    await bucket.file('f/copy.txt').setStorageClass('COLDLINE');
+    expect((await bucket.file('f/copy.txt').getMetadata())[0]).toMatchObject({ ...fields, storageClass: 'COLDLINE' });
+    await file.setMetadata({ cacheControl: 'public, max-age=60', customTime: '2026-05-01T00:00:00.000Z' });
+    expect((await file.getMetadata())[0]).toMatchObject({ cacheControl: 'public, max-age=60', customTime: '2026-05-01T00:00:00.000Z', storageClass: 'NEARLINE' });
+    await expect(file.setMetadata({ customTime: '2020-01-01T00:00:00.000Z' })).rejects.toMatchObject({ code: 400 });
+    await expect(file.setMetadata({ storageClass: 'ARCHIVE' })).rejects.toMatchObject({ code: 400 });
+    await expect(bucket.file('f/bad.txt').save('x', { resumable: false, metadata: { storageClass: 'SHINY' } })).rejects.toMatchObject({ code: 400 });
+    // Unset: storageClass reads as STANDARD, the others are absent.
+    await bucket.file('f/plain.txt').save('x', { resumable: false });
+    const [plain] = await bucket.file('f/plain.txt').getMetadata();
+    expect(plain.storageClass).toBe('STANDARD');
+    expect(plain.cacheControl).toBeUndefined();
+  });
+});
+
 describe('stats', () => {
   it('/_stats counts match the requests made, by kind and status', async () => {
     expect((await rawJson('/_reset', { method: 'POST' })).status).toBe(200);

@@ -1,5 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cleanupAll, eventually, mount, mountStats, run, startBucket, tempDir, unmount, type Mounted, type TestBucket } from './helpers/harness.js';
 import { heldReader } from './helpers/held-reader.js';
@@ -18,10 +19,13 @@ async function stored(tb: TestBucket, name: string): Promise<Buffer | null> {
   return Buffer.from(await res.arrayBuffer());
 }
 
-async function resource(tb: TestBucket, name: string): Promise<{ generation: string; contentType?: string; metadata?: Record<string, string> } | null> {
+/** Fields an edit keeps as gcsfuse keeps them, beside content type and metadata (gcs/object-client.ts KEPT_FIELDS but contentEncoding). */
+const KEPT = { storageClass: 'COLDLINE', cacheControl: 'no-cache', contentDisposition: 'attachment', contentLanguage: 'fr', customTime: '2026-01-02T03:04:05.000Z' };
+
+async function resource(tb: TestBucket, name: string): Promise<{ generation: string; contentType?: string; metadata?: Record<string, string>; contentEncoding?: string } | null> {
   const res = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`);
   if (res.status === 404) return null;
-  return (await res.json()) as { generation: string; contentType?: string; metadata?: Record<string, string> };
+  return (await res.json()) as { generation: string; contentType?: string; metadata?: Record<string, string>; contentEncoding?: string };
 }
 
 /** Requests the emulator has answered, by kind. */
@@ -71,7 +75,10 @@ describe('writes through a mount with a cache dir', () => {
     await upload(tb, 'posix.txt', 'p', { metadata: { 'goog-reserved-file-mtime': '1600000000' } });
     await upload(tb, 'both.txt', 'b', { metadata: { 'goog-reserved-file-mtime': '1600000000', gcsfuse_mtime: '2017-07-14T02:40:00Z' } });
     await upload(tb, 'garbled.txt', 'g', { metadata: { 'goog-reserved-file-mtime': 'soon' } });
-    for (const name of ['typed.csv', 'typed-trunc.csv']) await upload(tb, name, 'a,b\n', { contentType: 'text/csv', metadata: { owner: 'pipeline', gcsfuse_mtime: '2017-07-14T02:40:00Z' } });
+    for (const name of ['typed.csv', 'typed-trunc.csv']) {
+      await upload(tb, name, 'a,b\n', { contentType: 'text/csv', metadata: { owner: 'pipeline', gcsfuse_mtime: '2017-07-14T02:40:00Z' }, fields: KEPT });
+    }
+    await upload(tb, 'packed.txt', gzipSync('packed once\n'), { contentEncoding: 'gzip' });
     cacheDir = await tempDir('cache');
     m = await mount({ tb, args: ['--cache-dir', cacheDir, '--rename-dir-limit', '100'] });
   });
@@ -448,6 +455,7 @@ print(os.stat(p).st_mtime)`,
       const res = (await resource(tb, name))!;
       expect(res.contentType, name).toBe('text/csv');
       expect(res.metadata?.owner, name).toBe('pipeline');
+      expect(res, name).toMatchObject(KEPT);
       // The mtime is the edit's, not the one the object had.
       expect(res.metadata?.gcsfuse_mtime, name).not.toBe('2017-07-14T02:40:00Z');
     }
@@ -457,9 +465,19 @@ print(os.stat(p).st_mtime)`,
     expect((await run('sh', ['-c', `echo 'e,f' >> ${join(m.path, 'typed.csv')}`])).code).toBe(0);
     expect(delta(requests(tb), again).metadata ?? 0).toBe(0);
     expect((await resource(tb, 'typed.csv'))!.metadata?.owner).toBe('pipeline');
+    expect(await resource(tb, 'typed.csv')).toMatchObject(KEPT);
     expect((await run('sh', ['-c', `echo '{}' > ${join(m.path, 'made.json')} && echo x > ${join(m.path, 'made.zzunknown')}`])).code).toBe(0);
     expect((await resource(tb, 'made.json'))!.contentType).toBe('application/json');
     expect((await resource(tb, 'made.zzunknown'))!.contentType ?? 'application/octet-stream').toBe('application/octet-stream');
+  });
+
+  it("keeps a gzip-encoded object's Content-Encoding when it is overwritten with new stored bytes, as gcsfuse does", async () => {
+    const path = join(m.path, 'packed.txt');
+    // Read as stored (compressed), as gcsfuse reads it: the file's bytes are the gzip stream.
+    expect((await run('sh', ['-c', `gunzip -c < ${path}`])).stdout).toBe('packed once\n');
+    expect((await run('sh', ['-c', `printf 'packed twice\\n' | gzip -c > ${path}`])).code).toBe(0);
+    expect((await resource(tb, 'packed.txt'))!.contentEncoding).toBe('gzip');
+    expect((await run('sh', ['-c', `gunzip -c < ${path}`])).stdout).toBe('packed twice\n');
   });
 
   it('touch of an existing file sets its mtime in the bucket without uploading it (a metadata patch)', async () => {

@@ -1,5 +1,6 @@
-// Object attributes a file cannot carry: metageneration, contentType and custom metadata, kept in side
-// files, each entry valid only for the generation it was written for.
+// Object attributes a file cannot carry: metageneration, contentType, custom metadata and the other
+// fields a client may set (cacheControl, storageClass, ...), kept in side files, each entry valid only for
+// the generation it was written for.
 import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
@@ -13,7 +14,17 @@ export interface ObjectAttrs {
   contentType: string | null;
   /** Custom metadata (`metadata` in the JSON API), or null when the object has none. */
   metadata: Record<string, string> | null;
+  /** The other settable string fields the object has (none: {}). */
+  fields: SettableFields;
 }
+
+/** String fields of an object resource a client sets on upload, copy, compose or patch, beside contentType. */
+export const SETTABLE_FIELDS = ['cacheControl', 'contentDisposition', 'contentLanguage', 'customTime', 'storageClass'] as const;
+export type SettableField = (typeof SETTABLE_FIELDS)[number];
+export type SettableFields = Partial<Record<SettableField, string>>;
+
+/** The storage classes GCS takes for an object; storageClass is reported as STANDARD when unset. */
+const STORAGE_CLASSES = new Set(['STANDARD', 'NEARLINE', 'COLDLINE', 'ARCHIVE', 'MULTI_REGIONAL', 'REGIONAL', 'DURABLE_REDUCED_AVAILABILITY']);
 
 /** What an upload, copy or compose gives a new object; its metageneration is always 1. */
 export type NewAttrs = Omit<ObjectAttrs, 'metageneration'>;
@@ -25,7 +36,7 @@ interface StoredAttrs extends ObjectAttrs {
 /** Each object's attributes in a file of its own, named by a hash of its name: a write costs one small file. */
 const DIR = 'attributes';
 
-export const NO_ATTRS: ObjectAttrs = { metageneration: '1', contentType: null, metadata: null };
+export const NO_ATTRS: ObjectAttrs = { metageneration: '1', contentType: null, metadata: null, fields: {} };
 
 /**
  * A bucket's attributes, looked up per object. An entry counts only for the generation it was written
@@ -76,7 +87,7 @@ export class AttributeStore {
       await fsp.rm(file, { force: true });
       entries.delete(name);
     } else {
-      const stored: StoredAttrs = { generation: value.generation, metageneration: value.metageneration, contentType: value.contentType, metadata: value.metadata };
+      const stored: StoredAttrs = { generation: value.generation, metageneration: value.metageneration, contentType: value.contentType, metadata: value.metadata, fields: value.fields };
       await fsp.mkdir(dir, { recursive: true });
       const tmp = await this.tempPath(bucket);
       await fsp.writeFile(tmp, JSON.stringify({ name, ...stored }));
@@ -100,7 +111,7 @@ export class AttributeStore {
       try {
         const v = JSON.parse(await fsp.readFile(path.join(dir, f), 'utf8')) as Partial<StoredAttrs & { name: string }>;
         if (typeof v.name !== 'string' || typeof v.generation !== 'string' || typeof v.metageneration !== 'string') continue;
-        entries.set(v.name, { generation: v.generation, metageneration: v.metageneration, contentType: v.contentType ?? null, metadata: v.metadata ?? null });
+        entries.set(v.name, { generation: v.generation, metageneration: v.metageneration, contentType: v.contentType ?? null, metadata: v.metadata ?? null, fields: v.fields ?? {} });
       } catch {
         // A hand-damaged (or vanished) file reads as "no attributes" rather than failing every request.
       }
@@ -116,12 +127,26 @@ async function stampOf(dir: string): Promise<string> {
 }
 
 /**
- * The attributes an object resource sent by a client asks for (`contentType`, `metadata`): values must
- * be strings, as GCS requires; anything else is a 400 at the caller.
+ * The attributes an object resource sent by a client asks for (`contentType`, `metadata`, the settable
+ * fields): values must be strings, as GCS requires; anything else is a 400 at the caller.
  */
 export function attrsFromResource(resource: Record<string, unknown>): NewAttrs {
   const contentType = typeof resource.contentType === 'string' && resource.contentType !== '' ? resource.contentType : null;
-  return { contentType, metadata: metadataFrom(resource.metadata) };
+  return { contentType, metadata: metadataFrom(resource.metadata), fields: fieldsFrom(resource) };
+}
+
+/** The settable fields `resource` names with a value (null or '' unsets one: absent here); malformed throws. */
+export function fieldsFrom(resource: Record<string, unknown>): SettableFields {
+  const out: SettableFields = {};
+  for (const key of SETTABLE_FIELDS) {
+    const v = resource[key];
+    if (v === undefined || v === null || v === '') continue;
+    if (typeof v !== 'string') throw new TypeError(`${key} must be a string`);
+    if (key === 'storageClass' && !STORAGE_CLASSES.has(v)) throw new TypeError(`storageClass ${v} is not a storage class`);
+    if (key === 'customTime' && Number.isNaN(Date.parse(v))) throw new TypeError(`customTime ${v} is not an RFC 3339 time`);
+    out[key] = v;
+  }
+  return out;
 }
 
 export function metadataFrom(v: unknown): Record<string, string> | null {

@@ -76,9 +76,13 @@ export function objectResource(
   if (want('generation')) res.generation = obj.generation;
   if (want('metageneration')) res.metageneration = attrs.metageneration;
   if (want('contentType')) res.contentType = attrs.contentType ?? 'application/octet-stream';
-  if (want('storageClass')) res.storageClass = 'STANDARD';
+  if (want('storageClass')) res.storageClass = attrs.fields.storageClass ?? 'STANDARD';
   if (want('size')) res.size = String(obj.size);
   if (contentEncoding !== null && want('contentEncoding')) res.contentEncoding = contentEncoding;
+  for (const key of ['cacheControl', 'contentDisposition', 'contentLanguage', 'customTime'] as const) {
+    const v = attrs.fields[key];
+    if (v !== undefined && want(key)) res[key] = v;
+  }
   if (hashes) {
     if (want('md5Hash')) res.md5Hash = hashes.md5Hash;
     if (want('crc32c')) res.crc32c = hashes.crc32c;

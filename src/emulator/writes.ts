@@ -3,7 +3,7 @@
 import { createWriteStream, promises as fsp } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { attrsFromResource, metadataFrom, type NewAttrs, type ObjectAttrs } from './attributes.js';
+import { attrsFromResource, fieldsFrom, metadataFrom, SETTABLE_FIELDS, type NewAttrs, type ObjectAttrs, type SettableFields } from './attributes.js';
 import { checkSource, checkWrite, validateGenerationParams } from './conditions.js';
 import { HttpError, type RequestContext } from './context.js';
 import { deniedDelete, hashesOf, noSuchBucket } from './objects.js';
@@ -50,7 +50,29 @@ function patched(attrs: ObjectAttrs, body: Record<string, unknown>): ObjectAttrs
   }
   let contentType = attrs.contentType;
   if ('contentType' in body) contentType = typeof body.contentType === 'string' && body.contentType !== '' ? body.contentType : null;
-  return { metageneration: String(BigInt(attrs.metageneration) + 1n), contentType, metadata };
+  return { metageneration: String(BigInt(attrs.metageneration) + 1n), contentType, metadata, fields: patchedFields(attrs.fields, body) };
+}
+
+/** The settable fields after a patch: those the body names (null or '' unsets one), the rest as they were. */
+function patchedFields(fields: SettableFields, body: Record<string, unknown>): SettableFields {
+  let given: SettableFields;
+  try {
+    given = fieldsFrom(body);
+  } catch (e) {
+    throw new HttpError(400, `Invalid argument: ${(e as Error).message}`);
+  }
+  const out: SettableFields = {};
+  for (const key of SETTABLE_FIELDS) {
+    const v = key in body ? given[key] : fields[key];
+    if (v !== undefined) out[key] = v;
+  }
+  // GCS: a customTime once set can be moved later, never earlier nor removed.
+  if (fields.customTime !== undefined && (out.customTime === undefined || Date.parse(out.customTime) < Date.parse(fields.customTime))) {
+    throw new HttpError(400, 'Invalid argument: customTime cannot be removed or set earlier than it is.');
+  }
+  // The storage class changes only by a rewrite, not by a patch.
+  if (out.storageClass !== fields.storageClass) throw new HttpError(400, 'Invalid argument: storageClass is changed by objects.rewrite, not objects.patch.');
+  return out;
 }
 
 /**
@@ -171,7 +193,7 @@ export async function moveObject(ctx: RequestContext, bucket: string, srcName: s
       await fsp.copyFile(src.path, tmp);
       const encoding = (await store.encodings.of(bucket)).of(src);
       const dest = { bucket, name: destName };
-      const moved = await store.commitHeld(bucket, destName, tmp, (c, a) => checkWrite(ctx.query, c, dest, a.metageneration), encoding, { contentType: attrs!.contentType, metadata: attrs!.metadata });
+      const moved = await store.commitHeld(bucket, destName, tmp, (c, a) => checkWrite(ctx.query, c, dest, a.metageneration), encoding, { contentType: attrs!.contentType, metadata: attrs!.metadata, fields: attrs!.fields });
       await store.removeHeld(bucket, srcName, () => undefined);
       return moved;
     });
@@ -184,9 +206,15 @@ export async function moveObject(ctx: RequestContext, bucket: string, srcName: s
 /** The source's attributes with those the request body names put in their place. */
 function overridden(src: ObjectAttrs, body: Record<string, unknown>): NewAttrs {
   const given = attrsOf(body);
+  const fields: SettableFields = {};
+  for (const key of SETTABLE_FIELDS) {
+    const v = key in body ? given.fields[key] : src.fields[key];
+    if (v !== undefined) fields[key] = v;
+  }
   return {
     contentType: 'contentType' in body ? given.contentType : src.contentType,
     metadata: 'metadata' in body ? given.metadata : src.metadata,
+    fields,
   };
 }
 

@@ -9,8 +9,10 @@ import { StalledError, watchSilence, type AttemptLimits } from './attempt-limits
 import { dispatcherFor, proxySettings, redactedProxy } from './dispatcher.js';
 import { GcsError } from './errors.js';
 import { OBJECT_FIELDS, errorFromResponse, toMeta, transportError, type RawObject } from './responses.js';
+import { KEPT_FIELDS, keptFieldsOf } from './object-client.js';
 import type {
   FinalChunk,
+  KeptField,
   ListPage,
   ListRequest,
   NewObjectAttrs,
@@ -210,9 +212,9 @@ export class HttpObjectClient implements WritableObjectClient {
 
   async objectAttributes(name: string, generation: string): Promise<NewObjectAttrs | null> {
     try {
-      const q = new URLSearchParams({ generation, fields: 'contentType,metadata' });
-      const raw = await this.json<{ contentType?: string; metadata?: Record<string, string> }>('metadata', `${this.objectPath(name)}?${q}`, `attributes of ${name}#${generation}`);
-      return { ...(raw.contentType ? { contentType: raw.contentType } : {}), metadata: raw.metadata ?? {} };
+      const q = new URLSearchParams({ generation, fields: `contentType,metadata,${KEPT_FIELDS.join(',')}` });
+      const raw = await this.json<{ contentType?: string; metadata?: Record<string, string> } & Partial<Record<KeptField, string>>>('metadata', `${this.objectPath(name)}?${q}`, `attributes of ${name}#${generation}`);
+      return { ...(raw.contentType ? { contentType: raw.contentType } : {}), ...keptFieldsOf(raw), metadata: raw.metadata ?? {} };
     } catch (err) {
       if (err instanceof GcsError && err.code === 'NOT_FOUND') return null;
       throw err;

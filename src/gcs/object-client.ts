@@ -84,17 +84,35 @@ export interface Preconditions {
   ifMetagenerationMatch?: string;
 }
 
+/**
+ * The string fields of an object, beside contentType, that an edit keeps as gcsfuse keeps them (its
+ * NewCreateObjectRequest): a rewritten COLDLINE object stays COLDLINE, a gzip-encoded one stays encoded
+ * (its bytes are read as stored), a served one keeps its Cache-Control.
+ */
+export const KEPT_FIELDS = ['cacheControl', 'contentDisposition', 'contentEncoding', 'contentLanguage', 'customTime', 'storageClass'] as const;
+export type KeptField = (typeof KEPT_FIELDS)[number];
+
 /** What a new object carries beside its bytes. gcsfuse keeps a file's mtime in metadata.gcsfuse_mtime. */
-export interface NewObjectAttrs {
+export interface NewObjectAttrs extends Partial<Record<KeptField, string>> {
   contentType?: string;
   metadata?: Record<string, string>;
 }
 
 /** An object a write made or changed: its metadata as well as what a read needs. */
-export interface WrittenObject extends ObjectMeta {
+export interface WrittenObject extends ObjectMeta, Partial<Record<KeptField, string>> {
   contentType: string | null;
   /** Custom metadata ({} when none). */
   metadata: Record<string, string>;
+}
+
+/** The kept fields `raw` (an object resource) has with a value. */
+export function keptFieldsOf(raw: Partial<Record<KeptField, unknown>>): Partial<Record<KeptField, string>> {
+  const out: Partial<Record<KeptField, string>> = {};
+  for (const key of KEPT_FIELDS) {
+    const v = raw[key];
+    if (typeof v === 'string' && v !== '') out[key] = v;
+  }
+  return out;
 }
 
 /** A resumable upload session: the URL GCS gave it. Valid for about a week; nothing is visible until finalized. */

@@ -6,7 +6,7 @@ import { GcsError } from './errors.js';
 import type { NewObjectAttrs, Preconditions, WrittenObject } from './object-client.js';
 import { errorFromResponse } from './responses.js';
 import { WRITTEN_FIELDS, jsonCall, notePrecondition, toWritten, type RawWritten, type Transport } from './transport.js';
-import { crc32cBase64, newResource, preconditionQuery } from './uploads.js';
+import { attrsBody, crc32cBase64, newResource, preconditionQuery } from './uploads.js';
 
 interface RewriteResponse {
   done: boolean;
@@ -117,11 +117,4 @@ export class ObjectWrites {
   private bucketName(): string {
     return decodeURIComponent(this.t.bucketPath.slice(this.t.bucketPath.lastIndexOf('/') + 1));
   }
-}
-
-function attrsBody(attrs: NewObjectAttrs): Record<string, unknown> {
-  const r: Record<string, unknown> = {};
-  if (attrs.contentType !== undefined) r.contentType = attrs.contentType;
-  if (attrs.metadata !== undefined) r.metadata = attrs.metadata;
-  return r;
 }

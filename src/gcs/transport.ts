@@ -4,7 +4,7 @@ import type { Dispatcher } from 'undici';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
 import { GcsError } from './errors.js';
-import type { ReadPriority, WrittenObject } from './object-client.js';
+import { KEPT_FIELDS, keptFieldsOf, type KeptField, type ReadPriority, type WrittenObject } from './object-client.js';
 import { errorFromResponse, toMeta, type RawObject, type SentResponse } from './responses.js';
 
 /** 'upload': resumable sessions and media (data sockets); 'write': small JSON writes (metadata sockets). */
@@ -36,14 +36,14 @@ export interface Transport {
 }
 
 /** Every field a written object's resource has that WrittenObject keeps. */
-export const WRITTEN_FIELDS = 'name,size,generation,metageneration,updated,crc32c,contentType,metadata';
+export const WRITTEN_FIELDS = `name,size,generation,metageneration,updated,crc32c,contentType,metadata,${KEPT_FIELDS.join(',')}`;
 
-export interface RawWritten extends RawObject {
+export interface RawWritten extends RawObject, Partial<Record<KeptField, string>> {
   contentType?: string;
 }
 
 export function toWritten(raw: RawWritten): WrittenObject {
-  return { ...toMeta(raw), contentType: raw.contentType ?? null, metadata: { ...(raw.metadata ?? {}) } };
+  return { ...toMeta(raw), contentType: raw.contentType ?? null, metadata: { ...(raw.metadata ?? {}) }, ...keptFieldsOf(raw) };
 }
 
 /**

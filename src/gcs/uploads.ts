@@ -2,7 +2,7 @@
 // Content-Range, 308 + Range for what is committed, a status query after a failure so a chunk is
 // resumed where GCS stands (never from zero), and a finalize whose CRC32C and precondition are checked.
 import { GcsError, UploadOffsetError, UploadSessionExpiredError } from './errors.js';
-import { UPLOAD_CHUNK_UNIT, type FinalChunk, type NewObjectAttrs, type Preconditions, type ReadPriority, type UploadProgress, type UploadSession } from './object-client.js';
+import { KEPT_FIELDS, UPLOAD_CHUNK_UNIT, type FinalChunk, type NewObjectAttrs, type Preconditions, type ReadPriority, type UploadProgress, type UploadSession } from './object-client.js';
 import { errorFromResponse, type SentResponse } from './responses.js';
 import { WRITTEN_FIELDS, notePrecondition, toWritten, type RawWritten, type Transport } from './transport.js';
 
@@ -15,10 +15,17 @@ export function crc32cBase64(value: number): string {
 
 /** The object resource a new object is created with (a session's body, a multipart upload's first part). */
 export function newResource(name: string, attrs: NewObjectAttrs, crc32c?: string): Record<string, unknown> {
-  const r: Record<string, unknown> = { name };
-  if (attrs.contentType !== undefined) r.contentType = attrs.contentType;
-  if (attrs.metadata !== undefined) r.metadata = attrs.metadata;
+  const r: Record<string, unknown> = { name, ...attrsBody(attrs) };
   if (crc32c !== undefined) r.crc32c = crc32c;
+  return r;
+}
+
+/** The resource fields of `attrs` that are set (a copy's or compose's destination, a new object's resource). */
+export function attrsBody(attrs: NewObjectAttrs): Record<string, unknown> {
+  const r: Record<string, unknown> = {};
+  if (attrs.contentType !== undefined) r.contentType = attrs.contentType;
+  for (const key of KEPT_FIELDS) if (attrs[key] !== undefined) r[key] = attrs[key];
+  if (attrs.metadata !== undefined) r.metadata = attrs.metadata;
   return r;
 }
 

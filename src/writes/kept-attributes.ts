@@ -1,11 +1,12 @@
 import { lookup as mimeTypeOf } from 'mime-types';
-import type { NewObjectAttrs, ObjectMeta, WritableObjectClient, WrittenObject } from '../gcs/object-client.js';
+import { keptFieldsOf, type NewObjectAttrs, type ObjectMeta, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
 import type { Logger } from '../observe/logger.js';
 
 /**
- * What a file's uploads keep of the object they replace, as gcsfuse keeps it: its content type and custom
- * metadata. An edit through the mount dropped both (a `text/csv` became `application/octet-stream`, a
- * pipeline's own metadata keys were gone). A new file gets a content type by its name's extension, as
+ * What a file's uploads keep of the object they replace, as gcsfuse keeps it: its content type, custom
+ * metadata and the other fields of KEPT_FIELDS (storage class, Cache-Control, Content-Encoding, ...). An
+ * edit through the mount dropped them (a `text/csv` became `application/octet-stream`, a pipeline's own
+ * metadata keys were gone, a COLDLINE object became the bucket's default class). A new file gets a content type by its name's extension, as
  * gcsfuse guesses it (mime-types: the jshttp project's table over mime-db, which Express and most of
  * Node's HTTP servers use).
  */
@@ -43,12 +44,12 @@ export class KeptAttributes {
 
   /** An upload made `object`: the next one keeps what it has. */
   uploaded(object: WrittenObject): void {
-    this.known = { ...(object.contentType ? { contentType: object.contentType } : {}), metadata: { ...object.metadata } };
+    this.known = { ...(object.contentType ? { contentType: object.contentType } : {}), ...keptFieldsOf(object), metadata: { ...object.metadata } };
   }
 
   /** The attributes of an upload to `objectName` (the name it has now: renamed, maybe), with `mtime`'s keys over the kept ones. */
   forUpload(objectName: string, mtime: Record<string, string>): NewObjectAttrs {
     const contentType = this.known ? this.known.contentType : guessedContentType(objectName);
-    return { metadata: { ...this.known?.metadata, ...mtime }, ...(contentType ? { contentType } : {}) };
+    return { ...this.known, metadata: { ...this.known?.metadata, ...mtime }, ...(contentType ? { contentType } : {}) };
   }
 }

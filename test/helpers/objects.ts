@@ -6,10 +6,26 @@ import type { TestBucket } from './harness.js';
  * objects with metadata (a Content-Encoding).
  */
 /** Puts an object in the emulator's bucket; `metadata` is custom metadata, set as another tool (gcsfuse) sets it. */
-export async function upload(tb: TestBucket, name: string, content: Buffer | string = '', opts: { contentEncoding?: string; metadata?: Record<string, string>; contentType?: string } = {}): Promise<void> {
+export async function upload(
+  tb: TestBucket,
+  name: string,
+  content: Buffer | string = '',
+  opts: { contentEncoding?: string; metadata?: Record<string, string>; contentType?: string; fields?: Record<string, string> } = {},
+): Promise<void> {
   const encoding = opts.contentEncoding ? `&contentEncoding=${encodeURIComponent(opts.contentEncoding)}` : '';
-  const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=media&name=${encodeURIComponent(name)}${encoding}`;
-  const res = await fetch(url, { method: 'POST', body: typeof content === 'string' ? content : new Uint8Array(content), headers: { 'content-type': 'application/octet-stream' } });
+  const media = typeof content === 'string' ? Buffer.from(content) : content;
+  // Fields only a new object's resource sets (storageClass: a patch cannot): a multipart upload.
+  const boundary = 'test-boundary-7f3a';
+  const body = opts.fields
+    ? Buffer.concat([
+        Buffer.from(`--${boundary}\r\nContent-Type: application/json\r\n\r\n${JSON.stringify({ name, ...opts.fields })}\r\n--${boundary}\r\nContent-Type: application/octet-stream\r\n\r\n`),
+        media,
+        Buffer.from(`\r\n--${boundary}--\r\n`),
+      ])
+    : media;
+  const url = `${tb.emulator.url}/upload/storage/v1/b/${tb.bucket}/o?uploadType=${opts.fields ? 'multipart' : 'media'}&name=${encodeURIComponent(name)}${encoding}`;
+  const contentType = opts.fields ? `multipart/related; boundary=${boundary}` : 'application/octet-stream';
+  const res = await fetch(url, { method: 'POST', body: new Uint8Array(body), headers: { 'content-type': contentType } });
   if (!res.ok) throw new Error(`upload ${name}: ${res.status} ${await res.text()}`);
   if (!opts.metadata && !opts.contentType) return;
   const patch = await fetch(`${tb.emulator.url}/storage/v1/b/${tb.bucket}/o/${encodeURIComponent(name)}`, {
