@@ -40,17 +40,24 @@ describe('PrefetchStore', () => {
     expect(store.has(b)).toBe(true); // opened: never fetched again
   });
 
-  it('makes room for new fetches from blocks of files opened since, oldest first, never from guesses not yet opened', () => {
+  it('makes room for new fetches from blocks of files opened a while ago, oldest first, never from guesses not yet opened', () => {
     const metrics = new Metrics();
-    const store = new PrefetchStore(24, metrics);
+    let now = 0;
+    const store = new PrefetchStore(24, metrics, undefined, () => now);
     const [a, b, c] = [meta('y/a', '1'), meta('y/b', '1'), meta('y/c', '1')];
     for (const m of [a, b, c]) store.started(m);
-    // a's reader opened it while its block was on the way (and read it from that download).
+    // a's reader opened it while its block was on the way, and read only its header.
     store.opened(a);
     store.arrived(a, 0, block(8));
     store.arrived(b, 0, block(8));
     store.opened(b);
     store.arrived(c, 0, block(8)); // not opened: a guess still waiting for its reader
+    // Just opened: their reads are still to come, so nothing is evicted (and nothing when it could not make room).
+    expect(store.fits(8)).toBe(false);
+    expect(metrics.snapshot().counters.prefetch_evicted_bytes ?? 0).toBe(0);
+    now = 1500;
+    expect(store.fits(32)).toBe(false);
+    expect(metrics.snapshot().counters.prefetch_evicted_bytes ?? 0).toBe(0);
     expect(store.fits(8)).toBe(true); // a's block makes room
     expect(store.take(a, 0)).toBeNull();
     expect(store.fits(16)).toBe(true); // then b's
@@ -59,6 +66,28 @@ describe('PrefetchStore', () => {
     expect(store.take(c, 0)?.bytes.length).toBe(8);
     expect(metrics.snapshot().counters.prefetch_evicted_bytes).toBe(16);
     expect(metrics.snapshot().counters.prefetch_wasted_bytes ?? 0).toBe(0);
+  });
+
+  it("keeps an opened file's blocks for its reader while the walk that open started asks for room; holds none its reader joined in flight", () => {
+    const metrics = new Metrics();
+    let now = 0;
+    const store = new PrefetchStore(16, metrics, undefined, () => now);
+    const [a, b, c] = [meta('z/a', '1', 16), meta('z/b', '1'), meta('z/c', '1')];
+    for (const m of [a, b]) store.started(m);
+    store.arrived(a, 0, block(8));
+    store.arrived(b, 0, block(8));
+    now = 5;
+    store.opened(a);
+    // The open's walk wants c before the reader's first read of a arrives.
+    expect(store.fits(8)).toBe(false);
+    expect(store.take(a, 0)?.bytes.length).toBe(8);
+    // a's block 1 was joined by the reader while in flight: it got it from that load.
+    store.joined(a, 1);
+    store.arrived(a, 1, block(8));
+    expect(store.take(a, 1)).toBeNull();
+    expect(store.fits(8)).toBe(true);
+    store.started(c);
+    expect(store.has(c)).toBe(true);
   });
 
   it('closes with files of several blocks held', () => {

@@ -52,6 +52,8 @@ export interface BlockSourceDeps {
 export interface PrefetchedBlocks {
   /** The caller's own reference to the block, which the store no longer holds. */
   take(meta: ObjectMeta, index: number): BlockData | null;
+  /** A reader's get() joined the block's load in flight (maybe a prefetch's): the reader has it from there. */
+  joined(meta: ObjectMeta, index: number): void;
 }
 
 interface Pending {
@@ -128,6 +130,7 @@ export class BlockSource {
    * unless `memory` says to wait (`gcsmount warm`, which must finish).
    */
   get(meta: ObjectMeta, index: number, priority: Priority = 'demand', memory: MemoryWait = priority === 'demand' ? 'wait' : 'skip', keepRecent = false): Promise<BlockData> {
+    if (priority !== 'prefetch' && this.blocks.has(blockId(meta, index))) this.deps.prefetched?.joined(meta, index);
     const got = this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, memory, pending, keepRecent)).then((b) => b.retain());
     if (memory === 'skip') return got;
     // Joined a guess that was then skipped for memory: load it again, this time waiting for memory.

@@ -14,7 +14,16 @@ interface Tracked {
   opened: boolean;
   /** Fetched by the prefetcher (not only opened). */
   prefetched: boolean;
+  /** Blocks a reader's own get() joined while their prefetch was in flight: the reader has them, the store keeps none. */
+  joined: Set<number>;
 }
+
+/**
+ * How long a block of a file just opened is kept from fits(): the open's reads come right after it, and
+ * the walk that open starts asks fits() first (it evicted the very blocks the reader was about to take,
+ * so each was downloaded twice).
+ */
+const OPENED_GRACE_MS = 1000;
 
 /**
  * What was prefetched, keyed by object AND generation: an open that sees another generation finds
@@ -23,7 +32,8 @@ interface Tracked {
  */
 export class PrefetchStore implements PrefetchedBlocks {
   private readonly files = new Map<string, Tracked>();
-  private readonly held = new Map<string, { data: BlockData; file: string }>();
+  /** `file`: '' once its file was opened (no longer a guess), `since` then. */
+  private readonly held = new Map<string, { data: BlockData; file: string; since: number }>();
   private heldBytes = 0;
 
   constructor(
@@ -32,6 +42,7 @@ export class PrefetchStore implements PrefetchedBlocks {
     private readonly metrics: Metrics,
     /** The mount's memory budget: held blocks, the oldest first, are the first given back when a read waits for memory. */
     memory?: MemoryBudget,
+    private readonly now: () => number = () => performance.now(),
   ) {
     metrics.setGauge('prefetch_held_bytes', () => this.heldBytes);
     memory?.addReclaimer((_level, short) => {
@@ -50,30 +61,39 @@ export class PrefetchStore implements PrefetchedBlocks {
 
   /**
    * Room for `bytes` more in memory (always true when a disk cache holds the blocks). Blocks of files
-   * opened since they were fetched make room, the oldest first: a reader that opened a file while its
-   * download was in flight got the block from that download, and the store's own reference then waits
-   * for a read that never comes. Only new arrivals pushed those out, and with the store full no fetch
-   * started: prefetch stopped for good once readers had caught up with it for the store's size.
+   * opened at least OPENED_GRACE_MS ago make room, the oldest first, and only when that makes enough:
+   * their reader read what it wanted (or never will), and with the store full of them no fetch would
+   * start again (prefetch stopped for good once readers had caught up with it for the store's size).
    */
   fits(bytes: number): boolean {
     if (!this.holdsInMemory) return true;
-    if (this.heldBytes + bytes > this.memoryBudget) {
-      for (const [id, h] of this.held) {
-        if (this.heldBytes + bytes <= this.memoryBudget) break;
-        if (h.file !== '') continue;
-        this.drop(id, false);
-        this.metrics.inc('prefetch_evicted_bytes', h.data.bytes.length);
-        h.data.release();
-      }
+    if (this.heldBytes + bytes <= this.memoryBudget) return true;
+    const before = this.now() - OPENED_GRACE_MS;
+    const spent = (h: { file: string; since: number }) => h.file === '' && h.since <= before;
+    let spare = 0;
+    for (const h of this.held.values()) if (spent(h)) spare += h.data.bytes.length;
+    if (this.heldBytes - spare + bytes > this.memoryBudget) return false;
+    for (const [id, h] of this.held) {
+      if (this.heldBytes + bytes <= this.memoryBudget) break;
+      if (!spent(h)) continue;
+      this.drop(id, false);
+      this.metrics.inc('prefetch_evicted_bytes', h.data.bytes.length);
+      h.data.release();
     }
-    return this.heldBytes + bytes <= this.memoryBudget;
+    return true;
+  }
+
+  /** A reader's get() of block `index` joined its prefetch in flight: it gets the block from there, so the store holds none. */
+  joined(meta: ObjectMeta, index: number): void {
+    const t = this.files.get(fileId(meta));
+    if (t?.prefetched && this.holdsInMemory) t.joined.add(index);
   }
 
   /** A file is on its way. */
   started(meta: ObjectMeta): void {
     const id = fileId(meta);
     if (this.files.has(id)) return;
-    this.track(id, { bytes: 0, blocks: new Set(), opened: false, prefetched: true });
+    this.track(id, { bytes: 0, blocks: new Set(), opened: false, prefetched: true, joined: new Set() });
     this.metrics.inc('prefetch_files');
   }
 
@@ -91,9 +111,9 @@ export class PrefetchStore implements PrefetchedBlocks {
     t.bytes += data.bytes.length;
     if (!this.holdsInMemory) return data.release();
     const id = blockId(meta, index);
-    if (this.held.has(id)) return data.release();
+    if (t.joined.delete(index) || this.held.has(id)) return data.release();
     // A file opened before its block arrived: no longer a guess (see opened()).
-    this.held.set(id, { data, file: t.opened ? '' : file });
+    this.held.set(id, { data, file: t.opened ? '' : file, since: this.now() });
     t.blocks.add(id);
     this.heldBytes += data.bytes.length;
     while (this.heldBytes > this.memoryBudget && this.held.size > 0) this.drop(this.held.keys().next().value!, true);
@@ -112,15 +132,19 @@ export class PrefetchStore implements PrefetchedBlocks {
   opened(meta: ObjectMeta): void {
     const id = fileId(meta);
     const t = this.files.get(id);
-    if (!t) return this.track(id, { bytes: 0, blocks: new Set(), opened: true, prefetched: false });
+    if (!t) return this.track(id, { bytes: 0, blocks: new Set(), opened: true, prefetched: false, joined: new Set() });
     if (t.opened) return;
     t.opened = true;
     this.metrics.inc('prefetch_used_files');
     this.metrics.inc('prefetch_used_bytes', t.bytes);
     // Blocks still held stay until read (take) or pushed out; they no longer count as waste.
+    const now = this.now();
     for (const b of t.blocks) {
       const h = this.held.get(b);
-      if (h) h.file = '';
+      if (h) {
+        h.file = '';
+        h.since = now;
+      }
     }
   }
 
