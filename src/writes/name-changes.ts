@@ -6,6 +6,7 @@ import type { LocalChanges } from './local-changes.js';
 import { guessedContentType } from './kept-attributes.js';
 import { deleteObject, moveObject } from './object-moves.js';
 import type { OpenReaders } from './open-readers.js';
+import { RenameTurns } from './rename-turns.js';
 import { RefusedError } from './write-error.js';
 import type { WriteState } from './write-state.js';
 
@@ -35,6 +36,8 @@ const MOVE_PARALLEL = 16;
  * uploading; one under a name that moves goes with it.
  */
 export class NameChanges {
+  private readonly turns = new RenameTurns();
+
   constructor(
     private readonly deps: NameChangesDeps,
     private readonly files: OpenFiles,
@@ -122,13 +125,23 @@ export class NameChanges {
   /** rename of a file or a folder (flags: RENAME_NOREPLACE = 1, RENAME_EXCHANGE = 2). Returns the new entry. */
   async rename(from: string, to: string, flags: number): Promise<Entry> {
     if (flags & 2) throw new RefusedError('ESTALE', 'RENAME_EXCHANGE is not supported'); // answered EINVAL by the caller
-    const source = await this.files.entryOf(from);
-    if (!source) throw new RefusedError('ENOENT', `${from} does not exist`);
-    const target = await this.files.entryOf(to);
-    if (target && flags & 1) throw new RefusedError('EEXIST', `${to} exists`);
-    if (source.kind === 'dir') return this.renameDir(from, to, target);
-    if (target?.kind === 'dir') throw new RefusedError('EISDIR', `${to} is a folder`);
-    return this.renameFile(from, to, source.meta, target);
+    for (;;) {
+      const first = await this.files.entryOf(from);
+      if (!first) throw new RefusedError('ENOENT', `${from} does not exist`);
+      const folder = first.kind === 'dir';
+      // Looked up again in turn: a folder rename before it may have moved either name.
+      const done = await (folder ? this.turns.folder.bind(this.turns) : this.turns.file.bind(this.turns))(async () => {
+        const source = await this.files.entryOf(from);
+        if (!source) throw new RefusedError('ENOENT', `${from} does not exist`);
+        if ((source.kind === 'dir') !== folder) return null; // became the other kind meanwhile: the other turn
+        const target = await this.files.entryOf(to);
+        if (target && flags & 1) throw new RefusedError('EEXIST', `${to} exists`);
+        if (source.kind === 'dir') return this.renameDir(from, to, target);
+        if (target?.kind === 'dir') throw new RefusedError('EISDIR', `${to} is a folder`);
+        return this.renameFile(from, to, source.meta, target);
+      });
+      if (done) return done;
+    }
   }
 
   // ---------------------------------------------------------------- inside
@@ -163,16 +176,24 @@ export class NameChanges {
   private async renameFileNow(from: string, to: string, meta: ObjectMeta, target: Entry | null, state: WriteState | null): Promise<Entry> {
     const states = this.files.states;
     const replaced = states.get(to);
-    const targetGen = replaced ? replaced.liveGeneration : target?.kind === 'file' ? target.meta.generation : '0';
     if (target?.kind === 'file') await this.files.readers()?.beforeRemoved(to, replaced);
     if (replaced) states.delete(to);
     let moved: WrittenObject | null = null;
     let source: string | null = null;
+    let targetGen = '0';
     try {
       await replaced?.detach();
-      // An open file moves the generation it knows is live (another writer's object there is theirs:
-      // the move is refused, ESTALE); a closed one the generation its entry showed.
-      if (!state || state.inBucket) {
+      // After detach(): it waited for the target's close in flight, whose upload is the generation
+      // replaced now (read before, the move's precondition named the one that upload replaced: ESTALE).
+      targetGen = replaced ? replaced.liveGeneration : target?.kind === 'file' ? target.meta.generation : '0';
+      if (state && state.inBucket && !state.liveObject) {
+        // A new file renamed over an object earlier: that object is one its close replaces, not its
+        // bytes. It goes with the old name (moved along, it became the file's source, and a write past
+        // the end showed its bytes where zeros belong); another writer's newer object there stays.
+        await this.deps.client.deleteObject(this.deps.names.objectName(from), { ifGenerationMatch: state.liveGeneration }).catch(ignoreGoneOrReplaced);
+      } else if (!state || state.inBucket) {
+        // An open file moves the generation it knows is live (another writer's object there is theirs:
+        // the move is refused, ESTALE); a closed one the generation its entry showed.
         const m = await moveObject(this.deps.client, this.deps.names.objectName(from), this.deps.names.objectName(to), state ? (state.liveObject ?? undefined) : meta, targetGen);
         moved = m.object;
         source = m.source;
@@ -285,4 +306,8 @@ function noteMoved(changes: LocalChanges, from: string, to: string, rel: string,
 
 function ignorePrecondition(err: unknown): void {
   if (!isGcsError(err, 'PRECONDITION')) throw err;
+}
+
+function ignoreGoneOrReplaced(err: unknown): void {
+  if (!isGcsError(err, 'PRECONDITION') && !isGcsError(err, 'NOT_FOUND')) throw err;
 }

@@ -55,6 +55,8 @@ export class WriteState {
   private mtimeExplicit = false;
   private dirty = false;
   private stale = false;
+  /** Removed while its bytes could not be kept (detach): its handles read and write ESTALE, never an empty file. */
+  private lost = false;
   private staged: StagedCopy | null = null;
   private filling: Promise<void> | null = null;
   /** The upload fed while a new file is written in order, and the session a flush finishes. */
@@ -180,6 +182,14 @@ export class WriteState {
     return this.run(async () => {
       try {
         await this.ensureStaged(false);
+      } catch (err) {
+        // The bytes cannot be kept (that generation is gone, replaced elsewhere; no room in the temp
+        // dir; GCS failing): the name goes anyway, as gcsfuse's unlink, and this file's handles get
+        // ESTALE from here on. Failing the unlink kept a name nobody could remove while a reader held it.
+        this.stale = true;
+        this.lost = true;
+        this.dirty = false;
+        this.deps.log.warn({ path: this.path, err: String(err) }, 'a removed file open here could not keep its bytes: its handles get ESTALE');
       } finally {
         this.unlinked = true;
         await this.stream.settled();
@@ -222,6 +232,7 @@ export class WriteState {
   /** Reads from the staged copy; null when there is none (nothing written: read the object). */
   async read(pos: number, size: number): Promise<Buffer | null> {
     if (this.filling) await this.filling;
+    if (this.lost) throw new WriteError('ESTALE', `${this.objectName} was removed, and the bytes open here could not be kept`);
     if (!this.staged) return null;
     const n = Math.max(0, Math.min(size, this.size - pos));
     const buf = Buffer.allocUnsafe(n);
