@@ -326,6 +326,26 @@ describe("the daemon's log on a full disk", () => {
     expect((await fsp.stat(file)).size).toBe(2000);
   });
 
+  it('never rotates a log that is not a regular file (a symlink such as /dev/stdout, a FIFO): nothing is renamed', async () => {
+    const dir = await tempDir('logrotate-link');
+    const target = join(dir, 'elsewhere.log');
+    await fsp.writeFile(target, 'x'.repeat(2000));
+    const file = join(dir, 'stdout');
+    await fsp.symlink(target, file);
+    const problems: string[] = [];
+    let reopens = 0;
+    const rotation = new LogRotation(file, { maxBytes: 1000, backups: 2, compress: true }, { reopen: () => void reopens++ }, (_f, msg) => problems.push(msg));
+    rotation.wrote(10);
+    await new Promise((r) => setImmediate(r));
+    rotation.wrote(5000);
+    await new Promise((r) => setImmediate(r));
+    await rotation.settled();
+    expect(problems).toEqual(['log rotation: the log is not a regular file; it is not rotated']);
+    expect(reopens).toBe(0);
+    expect((await fsp.readdir(dir)).sort()).toEqual(['elsewhere.log', 'stdout']);
+    expect((await fsp.lstat(file)).isSymbolicLink()).toBe(true);
+  });
+
   it('keeps every rotated log with a backup count of 0, uncompressed when asked', async () => {
     const dir = await tempDir('logrotate-all');
     const file = join(dir, 'gcsmount.log');

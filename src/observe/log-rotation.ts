@@ -1,4 +1,4 @@
-import { createReadStream, createWriteStream, promises as fsp, readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
+import { createReadStream, createWriteStream, promises as fsp, lstatSync, readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { basename, dirname, extname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
@@ -91,6 +91,14 @@ export class LogRotation {
 
   private rotate(): void {
     this.rotating = false;
+    // Only a regular file is renamed: `--log-file /dev/stdout` (a symlink into /proc) or a FIFO moved
+    // aside would move a name that is not ours (and a FIFO's gzip would wait for ever for its end).
+    const st = lstatSync(this.file, { throwIfNoEntry: false });
+    if (st && !st.isFile()) {
+      this.problem({ file: this.file }, 'log rotation: the log is not a regular file; it is not rotated');
+      this.bytes = -Infinity;
+      return;
+    }
     // Within one millisecond of the last one a rotation would take its name: the next millisecond's.
     const ms = Math.max(Date.now(), this.lastStamp + 1);
     this.lastStamp = ms;
