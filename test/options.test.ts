@@ -624,6 +624,13 @@ describe("the disk cache's include and exclude patterns (gcsfuse's --file-cache-
     expect(cacheFilter('b', '(?i)\\.ZARR/', '')!('x.zarr/0')).toBe(true);
     expect(cacheFilter('b', '(?P<store>[a-z]+)\\.zarr/', '')!('era.zarr/0')).toBe(true);
     expect(cacheFilter('b', '', 'a\\-b')!('a-b')).toBe(false);
+    // Only a group's opening is a named group: an escaped paren, or one in a class, is itself.
+    const literal = cacheFilter('b', '', '\\(?P<x>')!;
+    expect([literal('<x>'), literal('P<x>'), literal('(P<x>')]).toEqual([true, false, false]);
+    const inClass = cacheFilter('b', '', '^b/[(?P<]$')!;
+    expect([inClass('P'), inClass('x')]).toEqual([false, true]);
+    // Asked again (every block of an object asks), the answer is the same.
+    expect([literal('<x>'), literal('(P<x>')]).toEqual([true, false]);
     // RE2's text anchors, and a dash escaped in a class (the dash, not a range).
     const tmp = cacheFilter('b', '', '\\.tmp\\z')!;
     expect([tmp('x.tmp'), tmp('x.tmp.keep')]).toEqual([false, true]);

@@ -5,6 +5,11 @@
  * inclusion; an empty pattern is no filter; a pattern matches anywhere in the name unless anchored.
  */
 
+import { LRUCache } from 'lru-cache';
+
+/** Object names whose answer is kept (a name is about 100 bytes: ~2 MB at most). */
+const KNOWN_NAMES = 10_000;
+
 /** A pattern that is not a regular expression: the mount refuses it before starting. */
 export class CacheFilterError extends Error {
   override readonly name = 'CacheFilterError';
@@ -36,11 +41,16 @@ function fromRe2(pattern: string): string {
       else out += c + n;
       continue;
     }
+    if (c === '(' && !inClass && pattern.startsWith('(?P<', i)) {
+      out += '(?<';
+      i += 3;
+      continue;
+    }
     if (c === '[' && !inClass) inClass = true;
     else if (c === ']' && inClass) inClass = false;
     out += c;
   }
-  return out.replace(/\(\?P</g, '(?<');
+  return out;
 }
 
 /**
@@ -70,9 +80,15 @@ export function cacheFilter(bucket: string, include: string, exclude: string): C
   if (!include && !exclude) return null;
   const inc = include ? compile('file-cache-include-regex', include) : null;
   const exc = exclude ? compile('file-cache-exclude-regex', exclude) : null;
+  // Asked at every block a read or prefetch touches: each name is matched once. JavaScript's engine
+  // backtracks where RE2 does not, so a pattern such as `^(.*/)*x$` costs more per name than in gcsfuse.
+  const known = new LRUCache<string, boolean>({ max: KNOWN_NAMES });
   return (objectName) => {
+    const seen = known.get(objectName);
+    if (seen !== undefined) return seen;
     const path = `${bucket}/${objectName}`;
-    if (exc?.test(path)) return false;
-    return inc ? inc.test(path) : true;
+    const keep = exc?.test(path) ? false : inc ? inc.test(path) : true;
+    known.set(objectName, keep);
+    return keep;
   };
 }
