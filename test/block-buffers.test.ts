@@ -1,7 +1,10 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { BlockSource } from '../src/blocks/block-source.js';
+import { DEFAULT_DISK_CACHE, DiskCache } from '../src/blocks/disk-cache.js';
 import { DownloadScheduler } from '../src/blocks/download-scheduler.js';
 import { HandleReader } from '../src/blocks/handle-reader.js';
 import { ReadaheadBudget } from '../src/blocks/readahead-budget.js';
@@ -391,7 +394,7 @@ describe('a reader joining a guess', () => {
    * A block source with one download slot over a client whose download of object 'x' waits for `openX`
    * (the slot stays busy), any other's lands in a millisecond; `started` lists the downloads in order.
    */
-  const oneSlot = () => {
+  const oneSlot = (disk: DiskCache | null = null) => {
     const started: string[] = [];
     let gate: (() => void) | null = null;
     const client: ObjectClient = {
@@ -407,7 +410,7 @@ describe('a reader joining a guess', () => {
           else setTimeout(done, 1);
         }),
     };
-    const source = new BlockSource({ client, disk: null, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
+    const source = new BlockSource({ client, disk, scheduler: new DownloadScheduler({ global: 1, perFile: 1 }), buffers: buffers(false, 16), wholeObjectThreshold: 8 * BLOCK, log: silentLogger, metrics: new Metrics() });
     const meta = (name: string, size: number): ObjectMeta => ({ name, size, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null });
     return { source, meta, started, openX: () => gate!() };
   };
@@ -447,5 +450,29 @@ describe('a reader joining a guess', () => {
     openX();
     for (const b of await Promise.all([busy, block, whole, readahead])) b.release();
     expect(started).toEqual(['x', `big@${BLOCK}`, 'small', 'y']);
+  });
+
+  it("moves a queued range loaded apart from its blocks ahead of readahead when a reader waits on it (a shard's index fetched alone)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gcsmount-promote-range-'));
+    const disk = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE, addonWrites: false }, silentLogger, new Metrics());
+    try {
+      const { source, meta, started, openX } = oneSlot(disk);
+      const tick = () => new Promise((r) => setTimeout(r, 5));
+      const busy = source.get(meta('x', BLOCK), 0, 'demand');
+      await tick();
+      const shard = meta('shard', 16 * BLOCK);
+      const index = source.getRange(shard, 16 * BLOCK - 4096, 4096, 'prefetch')!;
+      await tick();
+      const readahead = source.get(meta('y', BLOCK), 0, 'readahead');
+      await tick();
+      source.promoteRange(shard, 16 * BLOCK - 4096, 4096);
+      source.promoteRange(shard, 0, 4096); // nothing on its way there: starts nothing
+      openX();
+      for (const b of await Promise.all([busy, index, readahead])) b.release();
+      expect(started).toEqual(['x', `shard@${16 * BLOCK - 4096}`, 'y']);
+    } finally {
+      disk.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

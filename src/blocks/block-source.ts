@@ -242,6 +242,12 @@ export class BlockSource {
     if (p) demand(p);
   }
 
+  /** promote() for a range loaded apart from its blocks (getRange: a shard's index fetched alone). */
+  promoteRange(meta: ObjectMeta, offset: number, length: number): void {
+    const p = this.ranges.get(rangeId(meta, offset, length));
+    if (p) demand(p);
+  }
+
   /**
    * There is a disk cache, and it does not keep this object (--file-cache-exclude-regex, or outside
    * --file-cache-include-regex): its blocks are read as without a cache dir, and fetching them ahead of

@@ -299,6 +299,8 @@ export class ShardFollower {
     if (!range) return;
     const bs = this.deps.blocks.blockSize;
     for (let b = Math.floor(range.start / bs); b <= Math.floor((range.end - 1) / bs); b++) this.deps.blocks.promote(meta, b);
+    // Or the index's bytes alone (loadIndex's `alone`), whose load is not a block's.
+    this.deps.blocks.promoteRange(meta, range.start, range.end - range.start);
   }
 
   /** `alone`: the index's bytes by themselves when they are at most ALONE_SHARE of a block (BlockSource.getRange), not its blocks. */
