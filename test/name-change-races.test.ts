@@ -76,4 +76,21 @@ describe('name changes racing closes and each other', () => {
     await writes.release(w);
     expect(gcs.objs.has('f')).toBe(false);
   });
+
+  it("an upload that finds its own object after a lost answer keeps the object's attributes for the file's next upload", async () => {
+    const gcs = new FakeGcs();
+    const writes = fakeWrites(gcs);
+    gcs.put('f.csv', 'a,b\n');
+    gcs.attributes = { contentType: 'text/csv', storageClass: 'COLDLINE', metadata: { owner: 'pipeline' } };
+    const w = writes.open('/f.csv', await gcs.client().statObject('f.csv'));
+    await w.write(4, Buffer.from('c,d\n'));
+    gcs.loseAnswers = 1;
+    await w.flush();
+    await w.write(8, Buffer.from('e,f\n'));
+    await w.flush();
+    await writes.release(w);
+    expect(gcs.text('f.csv')).toBe('a,b\nc,d\ne,f\n');
+    expect(gcs.uploadOpts).toHaveLength(2);
+    for (const opts of gcs.uploadOpts) expect(opts).toMatchObject({ contentType: 'text/csv', storageClass: 'COLDLINE', metadata: { owner: 'pipeline' } });
+  });
 });

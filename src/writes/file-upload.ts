@@ -1,6 +1,6 @@
 import { crc32c, crc32cCombine } from '../crc32c.js';
 import { GcsError, isGcsError, isSessionExpired, UploadOffsetError } from '../gcs/errors.js';
-import { type NewObjectAttrs, type UploadSession, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
+import { keptFieldsOf, type NewObjectAttrs, type UploadSession, type WritableObjectClient, type WrittenObject } from '../gcs/object-client.js';
 import { crc32cBase64 } from '../gcs/uploads.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -125,7 +125,8 @@ export class FileUpload {
   private async ownObject(size: number, crc: string): Promise<WrittenObject | null> {
     const live = await this.deps.client.statObject(this.name).catch(() => null);
     if (!live || live.size !== size || live.crc32c !== crc) return null;
-    return { ...live, contentType: null, metadata: {} };
+    // Our object: it has the attributes this upload sent (the file's next upload keeps them from here).
+    return { ...live, ...keptFieldsOf(this.opts), contentType: this.opts.contentType ?? null, metadata: { ...this.opts.metadata } };
   }
 
   /** Abandons the session (a file that stopped streaming, or was removed): GCS drops its bytes. */

@@ -35,6 +35,12 @@ export class FakeGcs {
   readonly objs = new Map<string, Stored>();
   /** Each upload (and each chunk, up to this) waits this long first. */
   uploadDelayMs = 0;
+  /** Uploads still to answer 412 after they committed (a retry of a call whose answer was lost). */
+  loseAnswers = 0;
+  /** The attributes every upload was sent with, in order. */
+  readonly uploadOpts: Record<string, unknown>[] = [];
+  /** What objectAttributes answers for every object (what an edit keeps). */
+  attributes: Record<string, unknown> = { metadata: {} };
 
   meta(o: Stored): WrittenObject {
     return { name: o.name, size: o.bytes.length, generation: o.generation, metageneration: '1', updatedMs: Date.now(), crc32c: crc32cBase64(crc32c(o.bytes)), contentType: null, metadata: {} };
@@ -58,7 +64,10 @@ export class FakeGcs {
     return {
       uploadObject: async (name: string, bytes: Buffer, opts: { ifGenerationMatch?: string } = {}) => {
         await sleep(this.uploadDelayMs);
-        return this.put(name, bytes, opts);
+        this.uploadOpts.push(opts);
+        const made = this.put(name, bytes, opts);
+        if (this.loseAnswers > 0 && this.loseAnswers--) throw new GcsError('PRECONDITION', `412 ${name} (the retry of a call that did it)`);
+        return made;
       },
       startUpload: async (name: string, opts: { ifGenerationMatch?: string }) => ({ name, url: `s${Math.random()}`, opts, parts: [], cancelled: false }) as Session,
       putChunk: async (s: Session, from: number, bytes: Buffer, { final }: { final?: { size: number } } = {}) => {
@@ -71,9 +80,12 @@ export class FakeGcs {
         return { committed: final.size, object: this.put(s.name, Buffer.concat(s.parts), s.opts) };
       },
       cancelUpload: async (s: Session) => void (s.cancelled = true),
-      statObject: async (name: string) => {
+      // As GCS's client answers a stat: what a read needs, not the written object's attributes.
+      statObject: async (name: string): Promise<ObjectMeta | null> => {
         const o = at(name);
-        return o ? this.meta(o) : null;
+        if (!o) return null;
+        const { contentType: _t, metadata: _m, ...meta } = this.meta(o);
+        return meta;
       },
       deleteObject: async (name: string, opts: { ifGenerationMatch?: string } = {}) => {
         const o = at(name);
@@ -91,7 +103,7 @@ export class FakeGcs {
       },
       list: async ({ prefix }: { prefix: string }) => ({ objects: [...this.objs.values()].filter((o) => o.name.startsWith(prefix)).map((o) => this.meta(o)), nextPageToken: null }),
       patchMetadata: async (name: string) => this.meta(at(name)!),
-      objectAttributes: async () => ({ metadata: {} }),
+      objectAttributes: async () => this.attributes,
     };
   }
 }
