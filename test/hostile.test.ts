@@ -54,9 +54,9 @@ describe('hostile names and bad input', () => {
     expect(await fsp.access(`/tmp/${escape}`).then(() => true, () => false)).toBe(false);
     // The cache dir holds only the index, its journal and hashed block files (and, while a block is on
     // its way to disk after the read returned, its hashed temporary file, numbered by a per-process count),
-    // and the lock file of the daemon's staging folder (named by its pid and start time).
+    // and the lock file of the daemon's staging folder (named by its pid, start time and a random tag).
     const cached = (await run('find', [cacheDir, '-type', 'f'])).stdout.trim().split('\n');
-    const allowed = new RegExp(`^/${CACHE_SUBDIR}/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9]+|staging/[0-9]+-[0-9]+/\\.alive(-journal)?)$`);
+    const allowed = new RegExp(`^/${CACHE_SUBDIR}/(index\\.sqlite(-wal|-shm)?|${BLOCKS_DIR}/[0-9a-f]{2}/[0-9a-f]{32}|tmp/[0-9a-f]{32}\\.[0-9]+|staging/[0-9]+-[0-9]+-[0-9a-f]+/\\.alive(-journal)?)$`);
     for (const f of cached) expect(f.slice(cacheDir.length), f).toMatch(allowed);
     await unmount(m.path);
   });

@@ -206,6 +206,33 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
 });
 
 describe('the temp dir: folders of other daemons', () => {
+  it('gives two daemons of one pid and start time folders of their own, and never clears one still being made', async () => {
+    const { StagingDir } = await import('../src/writes/staging.js');
+    const { silentLogger } = await import('../src/observe/logger.js');
+    const parent = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-staging-twins-'));
+    try {
+      // pid 1 of two containers sharing the folder, started in the same tick, look alike here.
+      const first = StagingDir.open(parent, 'st', silentLogger);
+      await fsp.writeFile(join(first.dir, '0'), 'first');
+      const second = StagingDir.open(parent, 'st', silentLogger);
+      expect(second.dir).not.toBe(first.dir);
+      expect(await fsp.readFile(join(first.dir, '0'), 'utf8')).toBe('first');
+      // A folder being made (no lock yet, under its making name) stays; one abandoned a while ago goes.
+      const fresh = join(parent, 'st', '.making-0f0f');
+      const abandoned = join(parent, 'st', '.making-dead');
+      await fsp.mkdir(fresh);
+      await fsp.mkdir(abandoned);
+      const old = new Date(Date.now() - 120_000);
+      await fsp.utimes(abandoned, old, old);
+      StagingDir.open(parent, 'st', silentLogger).close();
+      expect((await fsp.readdir(join(parent, 'st'))).sort()).toEqual([first.dir, second.dir, fresh].map((d) => d.slice(d.lastIndexOf('/') + 1)).sort());
+      first.close();
+      second.close();
+    } finally {
+      await fsp.rm(parent, { recursive: true, force: true });
+    }
+  });
+
   it("keeps a live daemon's folder whatever its pid says here (another pid namespace), and clears a dead one's", async () => {
     const { StagingDir } = await import('../src/writes/staging.js');
     const { silentLogger } = await import('../src/observe/logger.js');

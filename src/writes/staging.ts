@@ -1,4 +1,5 @@
-import { existsSync, promises as fsp, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, promises as fsp, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { FreeSpaceMargin } from '../blocks/free-space.js';
 import type { Logger } from '../observe/logger.js';
@@ -66,15 +67,23 @@ export class StagingDir {
   static open(parent: string, name: string, log: Logger): StagingDir {
     const root = preparePrivateSubdir(parent, name, { create: true, what: 'temp dir' });
     clearLeftovers(root, log);
-    const own = join(root, `${process.pid}-${processStart(process.pid) ?? Date.now()}`);
-    rmSync(own, { recursive: true, force: true });
-    const dir = preparePrivateSubdir(root, own.slice(root.length + 1), { create: true, what: 'temp dir' });
-    const staging = new StagingDir(dir, log);
+    // Made under a name clearLeftovers passes over, locked, then renamed into place: under its own name
+    // it is never without its lock (another daemon's probe between the two took it for a dead one's and
+    // removed it). The random part: two daemons of one pid and start tick (pid 1 of two containers
+    // sharing the folder) each had the other's folder, and cleared it as their own.
+    const tag = randomBytes(6).toString('hex');
+    const making = preparePrivateSubdir(root, `${MAKING}${tag}`, { create: true, what: 'temp dir' });
+    let alive: FileLock | null = null;
     try {
-      staging.alive = holdAlive(dir);
+      alive = holdAlive(making);
     } catch (err) {
-      log.warn({ dir, err: String(err) }, 'temp dir: no lock could be taken on this daemon\'s folder; a daemon in another pid namespace could take it for a dead one\'s');
+      log.warn({ dir: making, err: String(err) }, 'temp dir: no lock could be taken on this daemon\'s folder; a daemon in another pid namespace could take it for a dead one\'s');
     }
+    const dir = join(root, `${process.pid}-${processStart(process.pid) ?? Date.now()}-${tag}`);
+    // The lock is on the open file, which the rename keeps.
+    renameSync(making, dir);
+    const staging = new StagingDir(dir, log);
+    staging.alive = alive;
     return staging;
   }
 
@@ -124,9 +133,21 @@ function processStart(pid: number): string | null {
   }
 }
 
+/** The name a daemon's folder has while it is made (StagingDir.open); one of a daemon that died then holds nothing staged. */
+const MAKING = '.making-';
+/** A folder still under MAKING's name this long after it was made: its daemon died making it. */
+const MAKING_ABANDONED_MS = 60_000;
+
 function clearLeftovers(root: string, log: Logger): void {
   for (const name of readdirSync(root)) {
-    const m = /^(\d+)-(\d+)$/.exec(name);
+    if (name.startsWith(MAKING)) {
+      const dir = join(root, name);
+      const age = Date.now() - (statSync(dir, { throwIfNoEntry: false })?.mtimeMs ?? Date.now());
+      if (age > MAKING_ABANDONED_MS && !heldByAnother(dir)) rmSync(dir, { recursive: true, force: true });
+      continue;
+    }
+    // pid-start, and (since the random part) pid-start-tag.
+    const m = /^(\d+)-(\d+)(?:-[0-9a-f]+)?$/.exec(name);
     if (!m) continue;
     if (processStart(Number(m[1])) === m[2]) continue; // a live daemon's
     const dir = join(root, name);
