@@ -160,7 +160,7 @@ static int process_exports(napi_env env, napi_value exports) {
 }
 
 static napi_value init(napi_env env, napi_value exports) {
-  if (!session_exports(env, exports) || !replies_exports(env, exports) || !reply_later_exports(env, exports) || !block_write_exports(env, exports) || !native_path_exports(env, exports) || !process_exports(env, exports)) return NULL;
+  if (!session_exports(env, exports) || !replies_exports(env, exports) || !reply_later_exports(env, exports) || !block_write_exports(env, exports) || !native_path_exports(env, exports) || !log_socket_exports(env, exports) || !process_exports(env, exports)) return NULL;
   return exports;
 }
 

@@ -152,6 +152,7 @@ int replies_exports(napi_env env, napi_value exports);
 int reply_later_exports(napi_env env, napi_value exports);
 int block_write_exports(napi_env env, napi_value exports);
 int native_path_exports(napi_env env, napi_value exports);
+int log_socket_exports(napi_env env, napi_value exports);
 
 // ll_ops.c: the low-level operations, which hand each request to JavaScript.
 extern const struct fuse_lowlevel_ops ll_ops;

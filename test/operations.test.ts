@@ -1,10 +1,11 @@
+import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LogRotation } from '../src/observe/log-rotation.js';
 import { createLogger } from '../src/observe/logger.js';
-import { cleanupAll, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, daemonEnv, eventually, GCSMOUNT, isMounted, mount, REPO, run, sha256Of, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 import { bytes, sha256 } from './helpers/objects.js';
 
 const MIB = 1024 * 1024;
@@ -206,6 +207,39 @@ describe('operating a mount', () => {
     m.daemon!.kill('SIGHUP');
     await eventually(async () => (await fsp.readFile(m.logFile, 'utf8').catch(() => '')).includes('log file reopened'));
     await unmount(m.path);
+  });
+
+  it('logs to syslog when daemonised without --log-file, as gcsfuse does (local7, tag gcsmount, each level its severity)', async () => {
+    const sock = join(await tempDir('syslog'), 'log');
+    // The system's log socket stand-in: a datagram socket that prints each message it gets as a line.
+    const receiver = spawn('/usr/bin/python3', ['-u', '-c', `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print('ready')
+s.settimeout(60)
+while True:
+    print(s.recv(65536).decode().replace('\\n', ' '))
+`, sock]);
+    let got = '';
+    receiver.stdout.on('data', (d: Buffer) => (got += d.toString()));
+    try {
+      await eventually(async () => got.includes('ready'));
+      const path = await tempDir('mnt');
+      const r = await run(GCSMOUNT, [tb.bucket, path, '--custom-endpoint', tb.emulator.url], { env: daemonEnv({ GCSMOUNT_SYSLOG_SOCKET: sock }) });
+      expect(r.code, r.stderr).toBe(0);
+      try {
+        await eventually(async () => /^<190>\w{3} [ \d]\d \d\d:\d\d:\d\d gcsmount\[\d+\]: \{.*"msg":"mounted"/m.test(got));
+        // Reads log at debug, below the default severity (info): no severity-7 line is sent.
+        expect((await run('cat', [join(path, 'data', 'part-0.bin')])).code).toBe(0);
+      } finally {
+        await unmount(path);
+      }
+      await eventually(async () => got.includes('final counters'));
+      expect(got).not.toMatch(/^<191>/m);
+    } finally {
+      receiver.kill();
+    }
   });
 
   it('rotates a --log-file already past --log-rotate-max-file-size-mb as it starts writing to it, gzipped', async () => {

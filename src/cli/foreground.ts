@@ -4,6 +4,7 @@ import { GcsError } from '../gcs/errors.js';
 import { MountPointError } from '../fs/mount.js';
 import { PrivateDirError } from '../private-dir.js';
 import { createLogger, severityFrom } from '../observe/logger.js';
+import { Syslog, SYSLOG_SOCKET } from '../observe/syslog.js';
 import { reportToParent } from './daemon.js';
 import { StartInterruptedError } from './gcs-wiring.js';
 import { EXIT, UserError } from './exit.js';
@@ -33,6 +34,8 @@ export async function runForeground(opts: MountOptions): Promise<number> {
   const { log, reopen, lostLines, rotationsSettled } = createLogger({
     severity: severityFrom(opts.values['log-severity']),
     file: opts.values['log-file'] || null,
+    // In the background without a log file (stderr is /dev/null there), as gcsfuse: syslog, where there is one.
+    syslog: !opts.values['log-file'] && process.env.GCSMOUNT_DAEMONIZED === '1' ? Syslog.open(process.env.GCSMOUNT_SYSLOG_SOCKET || SYSLOG_SOCKET) : null,
     format: opts.values['log-format'] === 'text' ? 'text' : 'json',
     rotation: {
       maxBytes: opts.values['log-rotate-max-file-size-mb'] * 2 ** 20,

@@ -13,7 +13,7 @@ export async function runMount(argv: string[]): Promise<number> {
     throw err;
   }
   if (!opts.values.foreground) {
-    // The daemonised child logs only to --log-file (if any): say here, once, which settings do nothing.
+    // The daemonised child logs only to --log-file or syslog: say here, on the terminal, which settings do nothing.
     for (const notice of opts.notices) process.stderr.write(`gcsmount: ${notice}\n`);
     return daemonize(argv, opts.values['start-timeout']);
   }

@@ -1,6 +1,7 @@
 import pino, { type Logger } from 'pino';
 import { LogRotation, type LogRotationConfig } from './log-rotation.js';
 import { textDestination } from './log-text.js';
+import { SYSLOG_SEVERITY_OF_LEVEL, type Syslog } from './syslog.js';
 
 export type { Logger };
 
@@ -31,6 +32,8 @@ export interface LoggerConfig {
   format?: 'json' | 'text';
   /** Rotation of `file` by size (gcsfuse's `logging.log-rotate`); none when absent. */
   rotation?: LogRotationConfig;
+  /** Without a file: the lines go to syslog instead of stderr (a daemon in the background, as gcsfuse's). */
+  syslog?: Syslog | null;
 }
 
 /** Log bytes held while the log's disk refuses writes (full, or failing); lines past this are dropped, and counted. */
@@ -48,6 +51,7 @@ export interface DaemonLogger {
 }
 
 export function createLogger(cfg: LoggerConfig): DaemonLogger {
+  if (!cfg.file && cfg.syslog) return syslogLogger(cfg, cfg.syslog);
   // Synchronous writes: a daemon that is SIGKILLed should leave its last lines in the log.
   const dest = pino.destination({ dest: cfg.file ?? 2, sync: true, mkdir: true, maxLength: LOG_BACKLOG_BYTES });
   const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, cfg.format === 'text' ? textDestination(dest) : dest);
@@ -94,6 +98,16 @@ export function createLogger(cfg: LoggerConfig): DaemonLogger {
     rotation?.reopened();
   };
   return { log, reopen, lostLines: () => lost, rotationsSettled: () => rotation?.settled() ?? Promise.resolve() };
+}
+
+/** The log as syslog lines, each level at its syslog severity (`journalctl -p err` shows the errors). */
+function syslogLogger(cfg: LoggerConfig, syslog: Syslog): DaemonLogger {
+  const streams = SYSLOG_SEVERITY_OF_LEVEL.map(({ level, severity }) => {
+    const dest = syslog.severity(severity);
+    return { level, stream: cfg.format === 'text' ? textDestination(dest) : dest };
+  });
+  const log = pino({ level: PINO_LEVEL[cfg.severity], base: { pid: process.pid } }, pino.multistream(streams, { dedupe: true }));
+  return { log, reopen: () => undefined, lostLines: () => syslog.lost, rotationsSettled: () => Promise.resolve() };
 }
 
 export const silentLogger: Logger = pino({ level: 'silent' });

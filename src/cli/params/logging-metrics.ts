@@ -8,7 +8,7 @@ export const LOGGING_METRICS_PARAMS = [
     configKey: 'logging.file-path',
     type: 'string',
     default: '',
-    help: 'Write logs to this file (reopened on SIGHUP); unset = stderr with --foreground (the journal under systemd), nowhere for a mount that daemonises',
+    help: 'Write logs to this file (reopened on SIGHUP); unset = stderr with --foreground (the journal under systemd), syslog for a mount that daemonises (facility local7, tag gcsmount, as gcsfuse; nowhere when the system has no /dev/log)',
     group: 'Logging and metrics',
     effect: 'effective',
     path: true,
