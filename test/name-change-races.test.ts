@@ -80,8 +80,7 @@ describe('name changes racing closes and each other', () => {
   it("an upload that finds its own object after a lost answer keeps the object's attributes for the file's next upload", async () => {
     const gcs = new FakeGcs();
     const writes = fakeWrites(gcs);
-    gcs.put('f.csv', 'a,b\n');
-    gcs.attributes = { contentType: 'text/csv', storageClass: 'COLDLINE', metadata: { owner: 'pipeline' } };
+    gcs.put('f.csv', 'a,b\n', { contentType: 'text/csv', storageClass: 'COLDLINE', metadata: { owner: 'pipeline' } });
     const w = writes.open('/f.csv', await gcs.client().statObject('f.csv'));
     await w.write(4, Buffer.from('c,d\n'));
     gcs.loseAnswers = 1;
@@ -92,5 +91,21 @@ describe('name changes racing closes and each other', () => {
     expect(gcs.text('f.csv')).toBe('a,b\nc,d\ne,f\n');
     expect(gcs.uploadOpts).toHaveLength(2);
     for (const opts of gcs.uploadOpts) expect(opts).toMatchObject({ contentType: 'text/csv', storageClass: 'COLDLINE', metadata: { owner: 'pipeline' } });
+  });
+
+  it("a rename that finds its own move done after a lost answer keeps the object's attributes for the open file's next upload", async () => {
+    const gcs = new FakeGcs();
+    const writes = fakeWrites(gcs);
+    gcs.put('r.csv', 'a,b\n', { contentType: 'text/csv', metadata: { owner: 'pipeline' } });
+    const w = writes.open('/r.csv', await gcs.client().statObject('r.csv'));
+    await w.write(4, Buffer.from('c,d\n'));
+    gcs.loseMoveAnswers = 1;
+    await writes.rename('/r.csv', '/s.csv', 0);
+    await w.write(8, Buffer.from('e,f\n'));
+    await writes.release(w);
+    expect(gcs.text('s.csv')).toBe('a,b\nc,d\ne,f\n');
+    // Its first upload, after the move: what it keeps comes from the object the move made.
+    expect(gcs.uploadOpts).toHaveLength(1);
+    expect(gcs.uploadOpts[0]).toMatchObject({ contentType: 'text/csv', metadata: { owner: 'pipeline' } });
   });
 });

@@ -54,7 +54,12 @@ export async function moveObject(client: WritableObjectClient, src: string, dest
 /** A move (or copy) refused: fine when `dest` already holds the source's bytes (our own retried call did it). */
 async function movedAlready(client: WritableObjectClient, dest: string, source: ObjectMeta, err: unknown): Promise<WrittenObject> {
   const live = await client.statObject(dest).catch(() => null);
-  if (live && live.size === source.size && live.crc32c !== null && live.crc32c === source.crc32c) return { ...live, contentType: null, metadata: {} };
+  if (live && live.size === source.size && live.crc32c !== null && live.crc32c === source.crc32c) {
+    // The move kept the source's attributes; a stat carries none, and an open file moved along keeps
+    // what this answer says for its next upload (an empty answer dropped its content type and metadata).
+    const attrs = await client.objectAttributes(dest, live.generation).catch(() => null);
+    return { ...live, ...attrs, contentType: attrs?.contentType ?? null, metadata: { ...attrs?.metadata } };
+  }
   if (isGcsError(err, 'NOT_FOUND')) throw new RefusedError('ENOENT', `${source.name} is gone`);
   throw new RefusedError('ESTALE', `${source.name} or ${dest} changed while being renamed`);
 }

@@ -16,10 +16,14 @@ import { Writes } from '../../src/writes/writes.js';
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** What an object carries beside its bytes: content type, custom metadata, the kept fields (storageClass, ...). */
+type Attrs = Record<string, unknown> & { contentType?: string; metadata?: Record<string, string> };
+
 interface Stored {
   name: string;
   bytes: Buffer;
   generation: string;
+  attrs: Attrs;
 }
 
 interface Session {
@@ -37,19 +41,22 @@ export class FakeGcs {
   uploadDelayMs = 0;
   /** Uploads still to answer 412 after they committed (a retry of a call whose answer was lost). */
   loseAnswers = 0;
+  /** Moves still to answer 404 after they moved (a retry of a call whose answer was lost). */
+  loseMoveAnswers = 0;
   /** The attributes every upload was sent with, in order. */
   readonly uploadOpts: Record<string, unknown>[] = [];
-  /** What objectAttributes answers for every object (what an edit keeps). */
-  attributes: Record<string, unknown> = { metadata: {} };
 
   meta(o: Stored): WrittenObject {
-    return { name: o.name, size: o.bytes.length, generation: o.generation, metageneration: '1', updatedMs: Date.now(), crc32c: crc32cBase64(crc32c(o.bytes)), contentType: null, metadata: {} };
+    const { contentType, metadata, ...fields } = o.attrs;
+    return { ...fields, name: o.name, size: o.bytes.length, generation: o.generation, metageneration: '1', updatedMs: Date.now(), crc32c: crc32cBase64(crc32c(o.bytes)), contentType: contentType ?? null, metadata: { ...metadata } };
   }
 
-  put(name: string, bytes: Buffer | string, opts: { ifGenerationMatch?: string } = {}): WrittenObject {
+  /** Stores an object with the attributes `opts` names beside its preconditions, as an upload's resource. */
+  put(name: string, bytes: Buffer | string, opts: Attrs & { ifGenerationMatch?: string } = {}): WrittenObject {
     const cur = this.objs.get(name);
     if (opts.ifGenerationMatch !== undefined && (cur?.generation ?? '0') !== opts.ifGenerationMatch) throw new GcsError('PRECONDITION', `412 ${name}`);
-    const o = { name, bytes: Buffer.from(bytes), generation: String(++generations) };
+    const { ifGenerationMatch: _g, ifMetagenerationMatch: _m, ...attrs } = opts;
+    const o = { name, bytes: Buffer.from(bytes), generation: String(++generations), attrs };
     this.objs.set(name, o);
     return this.meta(o);
   }
@@ -99,11 +106,16 @@ export class FakeGcs {
         if (opts.ifSourceGenerationMatch !== undefined && o.generation !== opts.ifSourceGenerationMatch) throw new GcsError('PRECONDITION', `412 ${src}`);
         if (opts.ifGenerationMatch !== undefined && (at(dest)?.generation ?? '0') !== opts.ifGenerationMatch) throw new GcsError('PRECONDITION', `412 ${dest}`);
         this.objs.delete(src);
-        return this.put(dest, o.bytes);
+        const made = this.put(dest, o.bytes, o.attrs);
+        if (this.loseMoveAnswers > 0 && this.loseMoveAnswers--) throw new GcsError('NOT_FOUND', `404 ${src} (the retry of a move that did it)`);
+        return made;
       },
       list: async ({ prefix }: { prefix: string }) => ({ objects: [...this.objs.values()].filter((o) => o.name.startsWith(prefix)).map((o) => this.meta(o)), nextPageToken: null }),
       patchMetadata: async (name: string) => this.meta(at(name)!),
-      objectAttributes: async () => this.attributes,
+      objectAttributes: async (name: string, generation: string) => {
+        const o = at(name);
+        return o && o.generation === generation ? this.meta(o) : null;
+      },
     };
   }
 }
