@@ -166,7 +166,7 @@ describe('the libfuse3 layer', () => {
       expect((await run('sha256sum', [file])).stdout.split(' ')[0]).toBe(sha256(v1));
       // A reader holds the file open across the replacement: it reads half, waits to be told, reads the rest.
       const holder = heldReader(
-        'import sys, hashlib\nf = open(sys.argv[1], "rb")\na = f.read(1572864)\nprint("opened", flush=True)\nsys.stdin.readline()\nb = f.read()\nprint(hashlib.sha256(a + b).hexdigest())',
+        'import sys, hashlib\nf = open(sys.argv[1], "rb")\na = f.read(1572864)\nprint("opened", flush=True)\nsys.stdin.readline()\ntry:\n    b = f.read()\n    print(hashlib.sha256(a + b).hexdigest())\nexcept OSError as e:\n    print("error", e.errno)',
         [file],
       );
       await holder.opened;
@@ -174,7 +174,12 @@ describe('the libfuse3 layer', () => {
       await new Promise((r) => setTimeout(r, 1500)); // the rest is read past the 1 s TTL
       holder.proceed();
       const held = await holder.done;
-      expect(held.stdout.trim().split('\n'), held.stderr).toEqual(['opened', sha256(v1)]);
+      // Its own generation's bytes, from the kernel's pages; or, where the kernel let those go (seen once
+      // in a full suite run) and the generation is gone from the bucket, ESTALE (116), as the same case
+      // in metadata.test: never the new generation's bytes, nor a mix.
+      const [opened, rest] = held.stdout.trim().split('\n');
+      expect(opened, held.stderr).toBe('opened');
+      expect([sha256(v1), 'error 116'], held.stderr).toContain(rest);
       await new Promise((r) => setTimeout(r, 1500)); // past the metadata, attribute and entry TTLs
       expect((await run('sha256sum', [file])).stdout.split(' ')[0]).toBe(sha256(v2));
     } finally {
