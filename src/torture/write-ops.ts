@@ -64,7 +64,7 @@ const OPEN_FLAGS: Array<[OpenFlag[], number]> = [
 
 type OpKind =
   | 'open' | 'sequential' | 'write' | 'pwrite' | 'outOfOrder' | 'read' | 'ftruncate' | 'truncate' | 'fsync' | 'close'
-  | 'unlink' | 'renameFile' | 'renameDir' | 'mkdir' | 'rmdir' | 'stat' | 'listdir' | 'readall';
+  | 'unlink' | 'renameFile' | 'renameDir' | 'renameChain' | 'mkdir' | 'rmdir' | 'stat' | 'listdir' | 'readall';
 
 /** The operations for one seed: the same options always give the same list. */
 export function generateWriteOps(opts: WriteOpsOptions): WriteOp[] {
@@ -182,6 +182,31 @@ class WriteOpGenerator {
     return h;
   }
 
+  /**
+   * A file open for writing renamed over another and on again before it is written, then grown past its
+   * end (a hole): the replaced object must never show through (a new file took it as its source once).
+   */
+  private renameChain(): void {
+    const h = this.openOne(this.anyFile(), this.pick<OpenFlag[]>([['rdwr', 'create'], ['wronly', 'create', 'trunc']]));
+    if (!this.m.handles.has(h)) return;
+    // Where the model has the handle's file now (a rename moves its inode to the new name).
+    const path = (): string | undefined => {
+      const ino = this.m.handles.get(h)?.ino;
+      for (const [p, i] of this.m.files) if (i === ino) return p;
+      return undefined;
+    };
+    for (let i = this.int(1, 2); i > 0; i--) {
+      const src = path();
+      if (src === undefined) break;
+      this.emit({ op: 'rename', src, dst: this.anyFile() });
+    }
+    const size = this.m.handles.get(h)?.ino.size ?? 0;
+    if (this.rand() < 0.5) this.emit({ op: 'ftruncate', h, size: size + this.int(1, 64 * KIB) });
+    else this.emit({ op: 'pwrite', h, off: size + this.int(1, 64 * KIB), seed: this.int(1, 2 ** 31), len: this.int(1, 4 * KIB) });
+    this.emit({ op: 'read', h, off: 0, len: 128 * KIB });
+    this.emit({ op: 'close', h });
+  }
+
   /** A file written front to back in chunks, maybe fsynced part-way and written on, closed, read back. */
   private sequentialFile(): void {
     const path = this.anyFile();
@@ -235,6 +260,7 @@ class WriteOpGenerator {
       ['unlink', crowded ? 8 : 4],
       ['renameFile', 5],
       ['renameDir', this.opts.dirRenames === false ? 0 : 2],
+      ['renameChain', full ? 0 : 1],
       ['mkdir', 2],
       ['rmdir', 2],
       ['stat', 3],
@@ -304,6 +330,9 @@ class WriteOpGenerator {
       }
       case 'renameDir':
         this.emit({ op: 'rename', src: this.anyDir(), dst: this.rand() < 0.9 ? this.anyDir() : this.anyFile() });
+        return;
+      case 'renameChain':
+        this.renameChain();
         return;
       case 'mkdir':
         this.emit({ op: 'mkdir', path: this.rand() < 0.9 ? this.anyDir() : this.anyFile() });
