@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { BlockBuffers } from '../src/blocks/block-buffers.js';
 import { MemoryBudget } from '../src/memory/memory-budget.js';
 import { StagedCopy } from '../src/writes/staged-copy.js';
+import type { StagingDir as StagingDirT } from '../src/writes/staging.js';
 import { UploadBuffers } from '../src/writes/upload-buffers.js';
 
 const MIB = 1024 * 1024;
@@ -206,15 +207,24 @@ describe('StagedCopy: a streamed file in memory, then on disk', () => {
 });
 
 describe('the temp dir: folders of other daemons', () => {
-  it('gives two daemons of one pid and start time folders of their own, and never clears one still being made', async () => {
+  /** Runs `body` with the temp dir's module, a logger and a fresh parent folder, removed after. */
+  async function inParent(body: (open: () => StagingDirT, parent: string) => Promise<void>): Promise<void> {
     const { StagingDir } = await import('../src/writes/staging.js');
     const { silentLogger } = await import('../src/observe/logger.js');
-    const parent = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-staging-twins-'));
+    const parent = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-staging-'));
     try {
+      await body(() => StagingDir.open(parent, 'st', silentLogger), parent);
+    } finally {
+      await fsp.rm(parent, { recursive: true, force: true });
+    }
+  }
+
+  it('gives two daemons of one pid and start time folders of their own, and never clears one still being made', async () => {
+    await inParent(async (open, parent) => {
       // pid 1 of two containers sharing the folder, started in the same tick, look alike here.
-      const first = StagingDir.open(parent, 'st', silentLogger);
+      const first = open();
       await fsp.writeFile(join(first.dir, '0'), 'first');
-      const second = StagingDir.open(parent, 'st', silentLogger);
+      const second = open();
       expect(second.dir).not.toBe(first.dir);
       expect(await fsp.readFile(join(first.dir, '0'), 'utf8')).toBe('first');
       // A folder being made (no lock yet, under its making name) stays; one abandoned a while ago goes.
@@ -224,34 +234,27 @@ describe('the temp dir: folders of other daemons', () => {
       await fsp.mkdir(abandoned);
       const old = new Date(Date.now() - 120_000);
       await fsp.utimes(abandoned, old, old);
-      StagingDir.open(parent, 'st', silentLogger).close();
+      open().close();
       expect((await fsp.readdir(join(parent, 'st'))).sort()).toEqual([first.dir, second.dir, fresh].map((d) => d.slice(d.lastIndexOf('/') + 1)).sort());
       first.close();
       second.close();
-    } finally {
-      await fsp.rm(parent, { recursive: true, force: true });
-    }
+    });
   });
 
   it("keeps a live daemon's folder whatever its pid says here (another pid namespace), and clears a dead one's", async () => {
-    const { StagingDir } = await import('../src/writes/staging.js');
-    const { silentLogger } = await import('../src/observe/logger.js');
-    const parent = await fsp.mkdtemp(join(tmpdir(), 'gcsmount-staging-ns-'));
-    try {
+    await inParent(async (open, parent) => {
       // A daemon that lives on, seen from another pid namespace: its folder says pid 1, started at 1.
-      const other = StagingDir.open(parent, 'st', silentLogger);
+      const other = open();
       await fsp.writeFile(join(other.dir, '0'), 'a staged file of a live daemon');
       const foreign = join(parent, 'st', '1-1');
       await fsp.rename(other.dir, foreign);
       // A daemon that starts now keeps it (it removed it before: pid 1 here is another process).
-      StagingDir.open(parent, 'st', silentLogger).close();
+      open().close();
       expect(await fsp.readFile(join(foreign, '0'), 'utf8')).toBe('a staged file of a live daemon');
       // Once that daemon is gone (its lock let go), the next start clears its folder.
       other.close();
-      StagingDir.open(parent, 'st', silentLogger).close();
+      open().close();
       await expect(fsp.stat(foreign)).rejects.toMatchObject({ code: 'ENOENT' });
-    } finally {
-      await fsp.rm(parent, { recursive: true, force: true });
-    }
+    });
   });
 });

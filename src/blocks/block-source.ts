@@ -130,8 +130,9 @@ export class BlockSource {
    * unless `memory` says to wait (`gcsmount warm`, which must finish).
    */
   get(meta: ObjectMeta, index: number, priority: Priority = 'demand', memory: MemoryWait = priority === 'demand' ? 'wait' : 'skip', keepRecent = false): Promise<BlockData> {
-    if (priority !== 'prefetch' && this.blocks.has(blockId(meta, index))) this.deps.prefetched?.joined(meta, index);
-    const got = this.shared(this.blocks, blockId(meta, index), priority, (pending) => this.load(meta, index, priority, memory, pending, keepRecent)).then((b) => b.retain());
+    const id = blockId(meta, index);
+    if (priority !== 'prefetch' && this.blocks.has(id)) this.deps.prefetched?.joined(meta, index);
+    const got = this.shared(this.blocks, id, priority, (pending) => this.load(meta, index, priority, memory, pending, keepRecent)).then((b) => b.retain());
     if (memory === 'skip') return got;
     // Joined a guess that was then skipped for memory: load it again, this time waiting for memory.
     return got.catch((err: unknown) => {

@@ -130,7 +130,7 @@ export class NameChanges {
       if (!first) throw new RefusedError('ENOENT', `${from} does not exist`);
       const folder = first.kind === 'dir';
       // Looked up again in turn: a folder rename before it may have moved either name.
-      const done = await (folder ? this.turns.folder.bind(this.turns) : this.turns.file.bind(this.turns))(async () => {
+      const done = await this.turns.run(folder, async () => {
         const source = await this.files.entryOf(from);
         if (!source) throw new RefusedError('ENOENT', `${from} does not exist`);
         if ((source.kind === 'dir') !== folder) return null; // became the other kind meanwhile: the other turn

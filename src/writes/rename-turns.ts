@@ -11,17 +11,8 @@ export class RenameTurns {
   private exclusive = false;
   private readonly waiting: { exclusive: boolean; go: () => void }[] = [];
 
-  /** Runs `work` beside other file renames, after any folder rename before it. */
-  file<T>(work: () => Promise<T>): Promise<T> {
-    return this.turn(false, work);
-  }
-
-  /** Runs `work` alone. */
-  folder<T>(work: () => Promise<T>): Promise<T> {
-    return this.turn(true, work);
-  }
-
-  private async turn<T>(exclusive: boolean, work: () => Promise<T>): Promise<T> {
+  /** Runs `work` alone when `exclusive` (a folder rename), else beside other file renames, after any folder rename before it. */
+  async run<T>(exclusive: boolean, work: () => Promise<T>): Promise<T> {
     if (!this.free(exclusive)) await new Promise<void>((go) => this.waiting.push({ exclusive, go }));
     else this.take(exclusive);
     try {
