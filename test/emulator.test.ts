@@ -50,6 +50,7 @@ const DEFAULT_KNOBS: Partial<EmulatorKnobs> = {
   denyBucketGet: false,
   denyDelete: false,
   rejectTokens: [],
+  requesterPays: [],
   uploadResetRate: 0,
   uploadSessionTtlMs: 0,
   rewriteBytesPerCall: 0,
@@ -655,6 +656,37 @@ describe('knobs', () => {
       expect((await rawJson('/storage/v1/b/bkt/o?maxResults=1')).status).toBe(200);
     });
     expect((await rawJson('/_knobs', { method: 'POST', body: JSON.stringify({ rejectTokens: 'x' }) })).status).toBe(400);
+  });
+
+  it('requesterPays: a request that names no project to bill is 400 (reason required); @google-cloud/storage with userProject works', async () => {
+    await rawUpload('rp/a.txt', 'billed bytes');
+    await withKnobs({ requesterPays: ['bkt'] }, async () => {
+      for (const p of ['/storage/v1/b/bkt/o?maxResults=1', '/storage/v1/b/bkt/o/rp%2Fa.txt', '/storage/v1/b/bkt/o/rp%2Fa.txt?alt=media', '/storage/v1/b/bkt/o/no-such-object']) {
+        const r = await rawJson(p);
+        expect([p, r.status, r.body.error.errors[0].reason]).toEqual([p, 400, 'required']);
+        expect(r.body.error.message).toMatch(/requester pays/i);
+      }
+      expect((await rawJson('/storage/v1/b/bkt/o/no-such-object?userProject=payer')).status).toBe(404);
+      const billed = storage.bucket('bkt', { userProject: 'payer' });
+      const [meta] = await billed.getMetadata();
+      expect(meta.billing).toEqual({ requesterPays: true });
+      const [files] = await billed.getFiles({ prefix: 'rp/' });
+      expect(files.map((f) => f.name)).toEqual(['rp/a.txt']);
+      // The library's media download bills only what its own options name (not the bucket's userProject).
+      expect((await billed.file('rp/a.txt').download({ userProject: 'payer' }))[0].toString()).toBe('billed bytes');
+      emu.resetStats();
+      await billed.file('rp/b.bin').save(randomBytes(300 * 1024), { resumable: true, chunkSize: 256 * 1024 });
+      const log = emu.requestLog();
+      expect(log.filter((e) => e.kind === 'upload').length).toBeGreaterThanOrEqual(2);
+      // The session's start names the project; the session's own requests need not.
+      expect(log.filter((e) => e.status >= 400)).toEqual([]);
+      expect(log.find((e) => e.kind === 'upload' && e.method === 'POST')?.userProject).toBe('payer');
+      await expect(bucket.file('rp/a.txt').download()).rejects.toMatchObject({ code: 400 });
+    });
+    // Off again: the same unbilled request is answered.
+    expect((await rawJson('/storage/v1/b/bkt/o/rp%2Fa.txt')).status).toBe(200);
+    expect((await rawJson('/storage/v1/b/bkt')).body.billing).toBeUndefined();
+    expect((await rawJson('/_knobs', { method: 'POST', body: JSON.stringify({ requesterPays: 'bkt' }) })).status).toBe(400);
   });
 
   it('knobs are settable over HTTP and validated', async () => {

@@ -24,6 +24,8 @@ function asUserError(err: unknown, bucket: string): UserError | null {
     if (err.code === 'NOT_FOUND') return new UserError(`bucket ${bucket} does not exist`, EXIT.bucket);
     if (err.code === 'FORBIDDEN') return new UserError(`no access to bucket ${bucket}: ${err.message}`, EXIT.credentials);
     if (err.code === 'UNAUTHENTICATED') return new UserError(`credentials rejected for bucket ${bucket}: ${err.message}`, EXIT.credentials);
+    // GCS says so only in its message (status 400, reason "required"): the flag is what the user needs.
+    if (err.status === 400 && /requester pays/i.test(err.message)) return new UserError(`bucket ${bucket} is a Requester Pays bucket: name the project to bill with --billing-project (${err.message})`, EXIT.bucket);
     return new UserError(`cannot reach bucket ${bucket}: ${err.message}`, EXIT.bucket);
   }
   return null;

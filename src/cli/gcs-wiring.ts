@@ -86,6 +86,7 @@ export function gcsClientConfig(opts: MountOptions, access: GcsAccess, log: Logg
     rate,
     stall,
     maxRetryDurationMs: v['max-retry-duration'],
+    billingProject: v['billing-project'],
     log,
     metrics,
   };

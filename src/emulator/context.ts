@@ -58,8 +58,9 @@ export class RequestContext {
     });
   }
 
-  error(status: number, message: string, headers: OutgoingHttpHeaders = {}): Promise<void> {
-    return this.json(status, errorBody(status, message), headers);
+  /** `reason` defaults to the status's usual one (resources.ts REASONS). */
+  error(status: number, message: string, headers: OutgoingHttpHeaders = {}, reason?: string): Promise<void> {
+    return this.json(status, errorBody(status, message, reason), headers);
   }
 
   /** The `fields` selection, or null for everything; a syntax error becomes a thrown HttpError(400). */

@@ -53,6 +53,12 @@ export interface EmulatorKnobs {
   /** API requests whose `Authorization: Bearer TOKEN` names one of these tokens answer 401 (an expired or revoked token). */
   rejectTokens: string[];
   /**
+   * Buckets with Requester Pays on (their resource shows `billing.requesterPays`): each request to one
+   * must name a project to bill (`userProject`), or it is answered 400 as GCS answers it. A resumable
+   * session's own requests (by upload_id) are billed to the project that started it.
+   */
+  requesterPays: string[];
+  /**
    * Probability (0..1) that an upload chunk's connection is reset part-way through its body; what
    * arrived is persisted up to a 256 KiB boundary, as GCS persists, so a status query shows it.
    */
@@ -93,6 +99,7 @@ export const DEFAULT_KNOBS: EmulatorKnobs = {
   denyBucketGet: false,
   denyDelete: false,
   rejectTokens: [],
+  requesterPays: [],
   uploadResetRate: 0,
   uploadDropRate: 0,
   uploadBytesPerSec: 0,
@@ -148,6 +155,8 @@ export function validateKnobs(k: unknown): Partial<EmulatorKnobs> {
   if (src.bodyStallResumes !== undefined && typeof src.bodyStallResumes !== 'boolean') throw new Error('bodyStallResumes must be true or false');
   const rt = src.rejectTokens;
   if (rt !== undefined && !(Array.isArray(rt) && rt.every((t) => typeof t === 'string'))) throw new Error('rejectTokens must be a list of strings');
+  const rp = src.requesterPays;
+  if (rp !== undefined && !(Array.isArray(rp) && rp.every((b) => typeof b === 'string'))) throw new Error('requesterPays must be a list of bucket names');
   return Object.fromEntries(Object.entries(src).filter(([, v]) => v !== undefined)) as Partial<EmulatorKnobs>;
 }
 
@@ -183,7 +192,7 @@ export class Faults {
   }
 
   get knobs(): EmulatorKnobs {
-    return { ...this.current, failMedia: this.current.failMedia ? { ...this.current.failMedia } : null, rejectTokens: [...this.current.rejectTokens] };
+    return { ...this.current, failMedia: this.current.failMedia ? { ...this.current.failMedia } : null, rejectTokens: [...this.current.rejectTokens], requesterPays: [...this.current.requesterPays] };
   }
 
   set(patch: Partial<EmulatorKnobs>): EmulatorKnobs {

@@ -17,7 +17,7 @@ export async function getBucket(ctx: RequestContext, bucket: string): Promise<vo
   }
   const st = await ctx.shared.store.bucketStat(bucket);
   if (!st) throw noSuchBucket();
-  await ctx.projected(bucketResource(ctx.shared.baseUrl, bucket, st), fields);
+  await ctx.projected(bucketResource(ctx.shared.baseUrl, bucket, st, ctx.knobs.requesterPays.includes(bucket)), fields);
 }
 
 export async function listBuckets(ctx: RequestContext): Promise<void> {
@@ -26,7 +26,7 @@ export async function listBuckets(ctx: RequestContext): Promise<void> {
   const items: unknown[] = [];
   for (const name of (await store.listBuckets()).sort()) {
     const st = await store.bucketStat(name);
-    if (st) items.push(bucketResource(baseUrl, name, st));
+    if (st) items.push(bucketResource(baseUrl, name, st, ctx.knobs.requesterPays.includes(name)));
   }
   await ctx.projected(items.length ? { kind: 'storage#buckets', items } : { kind: 'storage#buckets' }, fields);
 }

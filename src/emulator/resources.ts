@@ -95,7 +95,7 @@ export function objectResource(
   return res;
 }
 
-export function bucketResource(baseUrl: string, bucket: string, st: BigIntStats): Record<string, unknown> {
+export function bucketResource(baseUrl: string, bucket: string, st: BigIntStats, requesterPays = false): Record<string, unknown> {
   const created = st.birthtimeNs > 0n ? st.birthtimeNs : st.ctimeNs;
   return {
     kind: 'storage#bucket',
@@ -111,6 +111,7 @@ export function bucketResource(baseUrl: string, bucket: string, st: BigIntStats)
     timeCreated: rfc3339(created),
     updated: rfc3339(st.mtimeNs),
     locationType: 'multi-region',
+    ...(requesterPays ? { billing: { requesterPays: true } } : {}),
   };
 }
 

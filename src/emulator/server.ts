@@ -83,6 +83,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       route = { kind: 'other', bucket: null, object: null, run: () => Promise.reject(err) };
     }
     const entry = stats.begin(route.kind, req.method ?? 'GET', route.bucket, route.object);
+    entry.userProject = query.get('userProject');
     const finish = track(res, entry, () => stats.now(), () => {
       stats.finish(entry);
       if (opts.log) {
@@ -111,6 +112,12 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       if (token !== undefined && ctx.knobs.rejectTokens.includes(token)) {
         entry.injected = '401';
         await ctx.error(401, 'Invalid Credentials', { 'WWW-Authenticate': 'Bearer realm="https://accounts.google.com/", error="invalid_token"' });
+        return;
+      }
+      // GCS checks the billing of a Requester Pays bucket before the request itself (a missing object
+      // still answers this 400); an upload session's own requests were billed when it started.
+      if (route.bucket !== null && ctx.knobs.requesterPays.includes(route.bucket) && !query.get('userProject') && !query.has('upload_id')) {
+        await ctx.error(400, 'Bucket is a requester pays bucket but no user project provided.', {}, 'required');
         return;
       }
       const injected = faults.rollStatus();

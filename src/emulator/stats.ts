@@ -17,6 +17,8 @@ export interface RequestLogEntry {
   range: { start: number; end: number } | null;
   /** For a request to a resumable session: bytes the session held when it was answered (or cut). */
   committed: number | null;
+  /** The project the request billed (its `userProject`), or null. */
+  userProject: string | null;
   /** 0 if the connection ended before a status was sent. */
   status: number;
   injected: InjectedFault | null;
@@ -75,6 +77,7 @@ export class Stats {
       object,
       range: null,
       committed: null,
+      userProject: null,
       status: 0,
       injected: null,
       startMs: this.now(),

@@ -79,6 +79,11 @@ export interface HttpClientConfig {
   downloadWorkers?: number;
   /** When more of them are put to use (workers-in-use.ts); tests set it, the mount keeps the default. */
   workersInUse?: WorkersInUseLimits;
+  /**
+   * The project billed for every request (gcsfuse's --billing-project): sent as `userProject`, which a
+   * Requester Pays bucket demands of each request. Empty or absent: none sent.
+   */
+  billingProject?: string;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -153,12 +158,13 @@ export class HttpObjectClient implements WritableObjectClient {
         // An upload chunk in shared memory is sent by a download worker: the socket's copy (and TLS) off
         // the main thread, which otherwise spent half its time per written GiB there.
         if (kind === 'upload' && this.workers && Buffer.isBuffer(req.body) && req.method === 'PUT') {
-          const sent = this.workers.send({ method: 'PUT', path: req.path, headers: req.headers, body: req.body }, `PUT ${req.path}`);
+          const sent = this.workers.send({ method: 'PUT', path: this.billed(req.path), headers: req.headers, body: req.body }, `PUT ${req.path}`);
           if (sent) return sent;
         }
-        if (!Buffer.isBuffer(req.body)) return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req });
+        const path = this.billed(req.path);
+        if (!Buffer.isBuffer(req.body)) return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, path });
         const headersTimeout = sendTimeoutMs(this.cfg.timeoutMs, req.body.length);
-        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, ...(headersTimeout ? { headersTimeout } : {}) });
+        return (DATA_KINDS.has(kind) ? this.pool : this.metaPool).request({ origin: this.origin, ...req, path, ...(headersTimeout ? { headersTimeout } : {}) });
       },
     };
     this.uploads = new ResumableUploads(transport);
@@ -238,7 +244,7 @@ export class HttpObjectClient implements WritableObjectClient {
     if (length <= 0) return Buffer.alloc(0);
     if (into && into.length < length) throw new RangeError(`readRange: ${into.length}-byte buffer for ${length} bytes`);
     const what = `read ${name}#${generation} [${start}, ${end})`;
-    const path = `${this.objectPath(name)}?alt=media&generation=${generation}`;
+    const path = this.billed(`${this.objectPath(name)}?alt=media&generation=${generation}`);
     const out = (into ?? Buffer.allocUnsafe(length)).subarray(0, length);
     // Bytes already in `out`: a cut attempt (stall, reset, short body) is resumed from the next byte, by
     // Range, on the same generation, so what arrived is never fetched twice.
@@ -271,6 +277,16 @@ export class HttpObjectClient implements WritableObjectClient {
     return `${this.bucketPath}/o/${encodeURIComponent(name)}`;
   }
 
+  /**
+   * The path with the billed project's `userProject`, added here where every request leaves (reads,
+   * listings, writes, upload sessions), so no request of a Requester Pays bucket can go without it.
+   */
+  private billed(path: string): string {
+    const project = this.cfg.billingProject;
+    if (!project || /[?&]userProject=/.test(path)) return path;
+    return `${path}${path.includes('?') ? '&' : '?'}userProject=${encodeURIComponent(project)}`;
+  }
+
   private async json<T>(kind: RequestKind, path: string, what: string): Promise<T> {
     return this.withRetry(kind, what, URGENT, async (headers, limits) => {
       // A JSON answer is small: the stall timeout bounds the whole of it, headers and body.
@@ -287,7 +303,7 @@ export class HttpObjectClient implements WritableObjectClient {
         abort.abort(err);
       });
       try {
-        const res = await this.metaPool.request({ origin: this.origin, method: 'GET', path, headers, signal: abort.signal });
+        const res = await this.metaPool.request({ origin: this.origin, method: 'GET', path: this.billed(path), headers, signal: abort.signal });
         this.cfg.stall?.observe(performance.now() - sentAt);
         if (res.statusCode !== 200) throw await errorFromResponse(res, what);
         return (await res.body.json()) as T;

@@ -85,9 +85,9 @@ export const GCS_CONNECTION_PARAMS = [
     configKey: 'gcs-connection.billing-project',
     type: 'string',
     default: '',
-    help: 'Requester-pays billing is not supported by gcsmount',
+    help: 'Project billed for this mount\'s requests, as GCS asks of a Requester Pays bucket: sent as userProject on every request (reads, listings, writes, uploads); empty = none',
     group: 'GCS connection',
-    effect: 'ignored',
+    effect: 'effective',
   },
   {
     flag: 'limit-ops-per-sec',

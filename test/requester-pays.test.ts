@@ -1,0 +1,67 @@
+import { randomBytes } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cleanupAll, daemonEnv, GCSMOUNT, mount, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+
+/**
+ * A Requester Pays bucket answers 400 to every request that names no project to bill: gcsfuse's
+ * --billing-project names it, and gcsmount sends it on each request (reads, listings, writes, uploads).
+ */
+describe('--billing-project on a Requester Pays bucket', () => {
+  let tb: TestBucket;
+  const big = randomBytes(3 * 2 ** 20 + 123);
+
+  beforeAll(async () => {
+    tb = await startBucket('payers', { requesterPays: ['payers'] });
+    await writeObjects(tb.root, tb.bucket, { 'in/a.txt': 'billed bytes', 'in/big.bin': big });
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('without it the mount fails at once: exit 4, one line that names the flag', async () => {
+    const r = await run(GCSMOUNT, [tb.bucket, await tempDir('mnt'), '--custom-endpoint', tb.emulator.url], { env: daemonEnv() });
+    expect(r.code, r.stderr).toBe(4);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/requester pays.*--billing-project/i);
+  });
+
+  it('with it every request bills the project: reads, listings, a staged and a streamed write, a rename, a delete', async () => {
+    tb.emulator.resetStats();
+    const m = await mount({ tb, args: ['--billing-project', 'payer', '--cache-dir', await tempDir('cache')] });
+    try {
+      const local = await tempDir('local');
+      await fsp.writeFile(join(local, 'big.bin'), big);
+      expect((await run('ls', [join(m.path, 'in')])).stdout.split('\n').filter(Boolean)).toEqual(['a.txt', 'big.bin']);
+      expect((await run('cat', [join(m.path, 'in/a.txt')])).stdout).toBe('billed bytes');
+      expect((await run('cmp', [join(m.path, 'in/big.bin'), join(local, 'big.bin')])).code).toBe(0);
+      const script = [
+        `echo small > '${m.path}/out/small.txt'`,
+        `cp '${local}/big.bin' '${m.path}/out/big.bin'`,
+        `mv '${m.path}/out/small.txt' '${m.path}/out/moved.txt'`,
+        `echo more >> '${m.path}/in/a.txt'`,
+        `rm '${m.path}/in/big.bin'`,
+      ].join(' && ');
+      const mk = await run('mkdir', [join(m.path, 'out')]);
+      expect(mk.code, mk.stderr).toBe(0);
+      const w = await run('sh', ['-c', script]);
+      expect(w.code, w.stderr).toBe(0);
+    } finally {
+      await unmount(m.path);
+    }
+    // What the bucket holds now, read by the test (the emulator's files), not through the mount.
+    expect(await fsp.readFile(join(tb.root, tb.bucket, 'out/moved.txt'), 'utf8')).toBe('small\n');
+    expect((await fsp.readFile(join(tb.root, tb.bucket, 'out/big.bin'))).equals(big)).toBe(true);
+    expect(await fsp.readFile(join(tb.root, tb.bucket, 'in/a.txt'), 'utf8')).toBe('billed bytesmore\n');
+    await expect(fsp.stat(join(tb.root, tb.bucket, 'in/big.bin'))).rejects.toMatchObject({ code: 'ENOENT' });
+    const log = tb.emulator.requestLog();
+    const kinds = new Set(log.map((e) => e.kind));
+    for (const k of ['list', 'media', 'upload', 'delete']) expect(kinds, k).toContain(k);
+    // Every request named the project, a resumable session's own ones included; none was refused.
+    expect(log.filter((e) => e.userProject !== 'payer').map((e) => `${e.method} ${e.kind} ${e.object}`)).toEqual([]);
+    expect(log.filter((e) => e.status >= 400 && e.status !== 404).map((e) => `${e.method} ${e.kind} ${e.object} ${e.status}`)).toEqual([]);
+  });
+});
