@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { ByteRate } from '../src/gcs/byte-rate.js';
 import { DEFAULT_REQUEST_RATE, RequestRate, requestRateForFlags, type RateGrant, type RequestRateConfig } from '../src/gcs/request-rate.js';
 import { StallTimeout } from '../src/gcs/stall-timeout.js';
 
@@ -395,5 +396,64 @@ describe('stall timeout', () => {
     expect(s.forRetry(1)).toBe(10_000);
     expect(s.forRetry(2)).toBe(20_000);
     expect(s.forRetry(10)).toBe(60_000);
+  });
+});
+
+describe('bandwidth (--limit-bytes-per-sec): a token bucket of bytes', () => {
+  const MiB = 2 ** 20;
+  const bytes = (clock: FakeClock, perSecond: number): ByteRate => new ByteRate({ bytesPerSecond: perSecond, now: clock.now, schedule: clock.schedule });
+
+  it('grants one second of bytes at once, then the rate', async () => {
+    const clock = new FakeClock();
+    const b = bytes(clock, MiB);
+    let done = 0;
+    for (let i = 0; i < 10; i++) void b.acquire(MiB / 2).then(() => done++);
+    await Promise.resolve();
+    expect(done).toBe(2);
+    await clock.advance(1000);
+    expect(done).toBe(4);
+    await clock.advance(2000);
+    expect(done).toBe(8);
+    expect(b.queued).toBe(2);
+  });
+
+  it('lets a read larger than the bucket through once it is full, and makes the next ones pay for it', async () => {
+    const clock = new FakeClock();
+    const b = bytes(clock, MiB);
+    const waits: number[] = [];
+    void b.acquire(4 * MiB).then((w) => waits.push(w));
+    void b.acquire(MiB).then((w) => waits.push(w));
+    await clock.advance(1);
+    expect(waits).toEqual([0]);
+    // 3 MiB of debt, then a full 1 MiB: about 4 s.
+    await clock.advance(3900);
+    expect(waits).toHaveLength(1);
+    await clock.advance(200);
+    expect(waits).toHaveLength(2);
+    expect(waits[1]).toBeGreaterThanOrEqual(3990);
+  });
+
+  it("grants a reader's own read before readahead that came first; a priority raised while waiting counts", async () => {
+    const clock = new FakeClock();
+    const b = bytes(clock, MiB);
+    await b.acquire(MiB);
+    const order: string[] = [];
+    const raised = { priority: 'background' as 'background' | 'urgent' };
+    void b.acquire(MiB, { priority: 'background' }).then(() => order.push('readahead'));
+    void b.acquire(MiB, raised).then(() => order.push('raised'));
+    void b.acquire(MiB, { priority: 'urgent' }).then(() => order.push('reader'));
+    raised.priority = 'urgent';
+    await clock.advance(3100);
+    expect(order).toEqual(['raised', 'reader', 'readahead']);
+  });
+
+  it('fails its waiters and later reads once closed', async () => {
+    const clock = new FakeClock();
+    const b = bytes(clock, MiB);
+    await b.acquire(MiB);
+    const waiting = b.acquire(MiB);
+    b.close(new Error('closed'));
+    await expect(waiting).rejects.toThrow('closed');
+    await expect(b.acquire(1)).rejects.toThrow('closed');
   });
 });

@@ -87,6 +87,7 @@ export function gcsClientConfig(opts: MountOptions, access: GcsAccess, log: Logg
     stall,
     maxRetryDurationMs: v['max-retry-duration'],
     billingProject: v['billing-project'],
+    limitBytesPerSec: v['limit-bytes-per-sec'],
     log,
     metrics,
   };
@@ -106,6 +107,7 @@ export async function checkBucket(clientConfig: HttpClientConfig, checkMs: numbe
     concurrency: new AdaptiveConcurrency({ max: 1, min: 1, cooldownMs: 0 }),
     metadata: null,
     rate: null,
+    limitBytesPerSec: 0,
   });
   // Stopped while it retries (a throttled bucket, SIGTERM from systemd): closing the client ends its
   // attempt and its backoff at once.
@@ -134,6 +136,11 @@ export class StartInterruptedError extends Error {
 /** The mount's GCS client, with --download-workers threads for media, and their gauges. */
 export function openGcsClient(clientConfig: HttpClientConfig, downloadWorkers: number, metrics: Metrics): HttpObjectClient {
   const client = new HttpObjectClient({ ...clientConfig, downloadWorkers });
+  const bandwidth = client.bandwidth;
+  if (bandwidth) {
+    metrics.setGauge('gcs_bandwidth_limit_bytes', () => clientConfig.limitBytesPerSec ?? 0);
+    metrics.setGauge('gcs_bandwidth_queued', () => bandwidth.queued);
+  }
   const workers = client.workers;
   if (workers) {
     metrics.setGauge('download_workers', () => workers.count);

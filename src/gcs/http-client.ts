@@ -6,6 +6,7 @@ import type { AdaptiveConcurrency } from './adaptive-concurrency.js';
 import type { AuthHeaders } from './auth.js';
 import type { Endpoint } from './endpoint.js';
 import { StalledError, watchSilence, type AttemptLimits } from './attempt-limits.js';
+import { ByteRate } from './byte-rate.js';
 import { dispatcherFor, proxySettings, redactedProxy } from './dispatcher.js';
 import { GcsError } from './errors.js';
 import { OBJECT_FIELDS, errorFromResponse, toMeta, transportError, type RawObject } from './responses.js';
@@ -84,6 +85,8 @@ export interface HttpClientConfig {
    * Requester Pays bucket demands of each request. Empty or absent: none sent.
    */
   billingProject?: string;
+  /** Bytes per second all range reads together may take (gcsfuse's --limit-bytes-per-sec); absent or <= 0: no limit. */
+  limitBytesPerSec?: number;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -119,11 +122,14 @@ export class HttpObjectClient implements WritableObjectClient {
   private readonly media: RangeConnection;
   /** Download workers, when configured: range GETs into shared memory run there. */
   readonly workers: RangeWorkers | null;
+  /** --limit-bytes-per-sec: what range reads may take together; null: no limit. */
+  readonly bandwidth: ByteRate | null;
 
   constructor(private readonly cfg: HttpClientConfig) {
     this.bucket = cfg.bucket;
     this.origin = cfg.endpoint.origin;
     this.bucketPath = `/storage/v1/b/${encodeURIComponent(cfg.bucket)}`;
+    this.bandwidth = cfg.limitBytesPerSec !== undefined && cfg.limitBytesPerSec > 0 ? new ByteRate({ bytesPerSecond: cfg.limitBytesPerSec }) : null;
     const proxy = proxySettings(cfg.env ?? process.env);
     const options = (connections: number): Pool.Options => ({
       // gcsfuse's 0 means no limit; so does undici's null.
@@ -186,6 +192,7 @@ export class HttpObjectClient implements WritableObjectClient {
   async close(): Promise<void> {
     this.closing = true;
     this.stopSleeping.abort();
+    this.bandwidth?.close(new GcsError('CLOSED', 'client closed while a read waited for --limit-bytes-per-sec'));
     if (this.workers) {
       await this.workers.close();
       this.cfg.log.debug('stopping: download workers ended');
@@ -246,6 +253,14 @@ export class HttpObjectClient implements WritableObjectClient {
     const what = `read ${name}#${generation} [${start}, ${end})`;
     const path = this.billed(`${this.objectPath(name)}?alt=media&generation=${generation}`);
     const out = (into ?? Buffer.allocUnsafe(length)).subarray(0, length);
+    // Taken once for the whole range: a resumed attempt fetches only what had not arrived.
+    if (this.bandwidth) {
+      const waitedMs = await this.bandwidth.acquire(length, priority);
+      if (waitedMs > 0) {
+        this.cfg.metrics.inc('gcs_bandwidth_waits');
+        this.cfg.metrics.inc('gcs_bandwidth_wait_ms', Math.round(waitedMs));
+      }
+    }
     // Bytes already in `out`: a cut attempt (stall, reset, short body) is resumed from the next byte, by
     // Range, on the same generation, so what arrived is never fetched twice.
     let done = 0;

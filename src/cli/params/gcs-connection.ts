@@ -117,9 +117,9 @@ export const GCS_CONNECTION_PARAMS = [
     configKey: 'gcs-connection.limit-bytes-per-sec',
     type: 'float',
     default: -1,
-    help: 'gcsmount does not throttle GCS bandwidth',
+    help: 'Bytes per second this daemon reads from GCS, all readers, readahead and prefetch together (a token bucket holding one second of them; a reader\'s own reads go first); -1 or 0 = no limit',
     group: 'GCS connection',
-    effect: 'ignored',
+    effect: 'effective',
   },
   {
     flag: 'experimental-enable-json-read',

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupAll, daemonEnv, GCSMOUNT, mount, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, daemonEnv, GCSMOUNT, mount, mountStats, run, startBucket, tempDir, unmount, writeObjects, type TestBucket } from './helpers/harness.js';
 
 /**
  * A Requester Pays bucket answers 400 to every request that names no project to bill: gcsfuse's
@@ -63,5 +63,47 @@ describe('--billing-project on a Requester Pays bucket', () => {
     // Every request named the project, a resumable session's own ones included; none was refused.
     expect(log.filter((e) => e.userProject !== 'payer').map((e) => `${e.method} ${e.kind} ${e.object}`)).toEqual([]);
     expect(log.filter((e) => e.status >= 400 && e.status !== 404).map((e) => `${e.method} ${e.kind} ${e.object} ${e.status}`)).toEqual([]);
+  });
+});
+
+/** gcsfuse's --limit-bytes-per-sec: all reads from GCS together, readahead and prefetch included. */
+describe('--limit-bytes-per-sec', () => {
+  let tb: TestBucket;
+  const MiB = 2 ** 20;
+  const files: Record<string, Buffer> = { 'a.bin': randomBytes(10 * MiB), 'b.bin': randomBytes(6 * MiB) };
+
+  beforeAll(async () => {
+    tb = await startBucket('throttled');
+    await writeObjects(tb.root, tb.bucket, files);
+  });
+
+  afterAll(async () => {
+    await cleanupAll();
+    await tb?.emulator.close();
+  });
+
+  it('reads 16 MiB at 4 MiB/s in no less than 2.5 s (one second of burst), each byte once, and stats show the waits', async () => {
+    const m = await mount({ tb, args: ['--limit-bytes-per-sec', String(4 * MiB), '--cache-dir', await tempDir('cache')] });
+    try {
+      const local = await tempDir('local');
+      for (const [name, buf] of Object.entries(files)) await fsp.writeFile(join(local, name), buf);
+      tb.emulator.resetStats();
+      const t0 = performance.now();
+      // Two readers at once: the limit is the daemon's, not each reader's.
+      const r = await run('sh', ['-c', `cmp '${m.path}/a.bin' '${local}/a.bin' & cmp '${m.path}/b.bin' '${local}/b.bin' & wait %1 && wait %2`]);
+      const seconds = (performance.now() - t0) / 1000;
+      expect(r.code, r.stderr).toBe(0);
+      // 16 MiB - 4 MiB of burst at 4 MiB/s: 3 s; a little less for the clock's grain.
+      expect(seconds).toBeGreaterThan(2.5);
+      const media = tb.emulator.requestLog().filter((e) => e.kind === 'media');
+      expect(media.reduce((n, e) => n + (e.range ? e.range.end - e.range.start + 1 : 0), 0)).toBe(16 * MiB);
+      const st = await mountStats(m.path);
+      expect(st.counters.gcs_bandwidth_waits).toBeGreaterThan(0);
+      expect(st.gauges.gcs_bandwidth_limit_bytes).toBe(4 * MiB);
+      const text = await run(GCSMOUNT, ['stats', m.path]);
+      expect(text.stdout).toMatch(/bandwidth +4(\.0)? MiB\/s +reads waited [1-9]/);
+    } finally {
+      await unmount(m.path);
+    }
   });
 });
