@@ -3,6 +3,7 @@ import { resolveAuth, type AuthHeaders, type CredentialSource } from '../gcs/aut
 import { resolveEndpoint, type Endpoint } from '../gcs/endpoint.js';
 import { HttpObjectClient, type HttpClientConfig } from '../gcs/http-client.js';
 import { checkKeyFile } from '../gcs/key-file.js';
+import { parseTokenUrl } from '../gcs/token-url.js';
 import { requestRateForFlags } from '../gcs/request-rate.js';
 import { DEFAULT_RETRY } from '../gcs/retry.js';
 import { StallTimeout } from '../gcs/stall-timeout.js';
@@ -30,7 +31,18 @@ function credentialSource(opts: MountOptions, customEndpoint: boolean): Credenti
   // Checked even where it goes unused (a custom endpoint, --anonymous-access): a corrupt key given on
   // purpose is a mistake to report, never a reason to carry on without credentials.
   if (v['key-file']) checkKeyFile(v['key-file']);
-  if (customEndpoint || v['anonymous-access']) return { kind: 'none' };
+  if (v['anonymous-access']) return { kind: 'none' };
+  // A key file wins over a token URL, as in gcsfuse. A token URL is used with a custom endpoint too:
+  // a token service is set up for the endpoint the mount uses, unlike the ambient credentials below.
+  if (v['token-url'] && !v['key-file']) {
+    try {
+      parseTokenUrl(v['token-url']);
+    } catch (err) {
+      throw new UserError((err as Error).message, EXIT.usage);
+    }
+    return { kind: 'token-url', url: v['token-url'], reuse: v['reuse-token-from-url'] };
+  }
+  if (customEndpoint) return { kind: 'none' };
   if (v['key-file']) return { kind: 'key-file', path: v['key-file'] };
   return { kind: 'default' };
 }

@@ -1,4 +1,5 @@
 import { GcsError } from './errors.js';
+import { tokenUrlAuth } from './token-url.js';
 
 /**
  * Returns the headers that authenticate one request (a fresh token when the old one nears expiry).
@@ -9,6 +10,7 @@ export type AuthHeaders = (opts?: { fresh?: boolean }) => Promise<Record<string,
 export type CredentialSource =
   | { kind: 'none' } // emulator, custom endpoint, or --anonymous-access
   | { kind: 'key-file'; path: string }
+  | { kind: 'token-url'; url: string; reuse: boolean } // gcsfuse's --token-url
   | { kind: 'default' }; // Application Default Credentials
 
 export class CredentialsError extends Error {
@@ -67,6 +69,14 @@ async function headersWithin(client: { getRequestHeaders(): Promise<unknown> }, 
 
 export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessEnv = process.env, tokenTimeoutMs = TOKEN_TIMEOUT_MS): Promise<AuthHeaders | null> {
   if (source.kind === 'none') return null;
+  if (source.kind === 'token-url') {
+    try {
+      return await tokenUrlAuth(source.url, { reuse: source.reuse, timeoutMs: tokenTimeoutMs });
+    } catch (err) {
+      // Every message of the token fetch starts with `--token-url URL`.
+      throw new CredentialsError(`cannot get an access token: ${(err as Error).message}`);
+    }
+  }
   preferBiosMetadataDetection(env);
   // Loaded only when credentials are needed (0.18 s: the client, google-auth-library, OpenTelemetry's
   // API): a mount of an emulator or of a public bucket never pays for it.

@@ -1,0 +1,130 @@
+/**
+ * Access tokens from a URL (gcsfuse's --token-url): a GET that answers an OAuth2 token as JSON
+ * (`access_token`, and optionally `token_type`, `expires_in` or `expiry`), as a sidecar or a node's token
+ * proxy serves it. `unix:///path/to.sock` asks over a Unix socket, with the HTTP path and query after a
+ * `#` (`unix:///run/tok.sock#/token?scope=x`), as gcsfuse's form.
+ *
+ * With `reuse` (--reuse-token-from-url, the default) one token serves every request until 10 s before
+ * its expiry (one without an expiry until GCS refuses it), and requests that find it stale share one
+ * fetch; without, each request fetches its own, as gcsfuse does.
+ */
+import { Agent, request, type Dispatcher } from 'undici';
+import type { AuthHeaders } from './auth.js';
+import { GcsError } from './errors.js';
+
+/** A token is fetched again this long before its stated expiry (golang.org/x/oauth2's margin, which gcsfuse uses). */
+const EXPIRY_MARGIN_MS = 10_000;
+/** A token endpoint's answer is read up to this much. */
+const BODY_LIMIT = 1 << 20;
+
+interface Token {
+  header: string;
+  /** Milliseconds since the epoch when it stops being used; Infinity: no expiry stated. */
+  refreshAt: number;
+}
+
+/** Where the GETs go: an http(s) origin, or a Unix socket with the path asked over it. */
+export interface TokenTarget {
+  origin: string;
+  path: string;
+  socketPath: string | null;
+}
+
+/** The URL's target; one neither http(s) nor unix is a usage error (thrown as RangeError). */
+export function parseTokenUrl(url: string): TokenTarget {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new RangeError(`--token-url ${url}: not a URL`);
+  }
+  if (u.protocol === 'http:' || u.protocol === 'https:') return { origin: u.origin, path: `${u.pathname}${u.search}`, socketPath: null };
+  if (u.protocol === 'unix:') {
+    if (!u.pathname || u.pathname === '/') throw new RangeError(`--token-url ${url}: no socket path`);
+    const rel = u.hash ? new URL(decodeURIComponent(u.hash.slice(1)), 'http://unix') : null;
+    return { origin: 'http://unix', path: rel ? `${rel.pathname}${rel.search}` : `/${u.search}`, socketPath: decodeURIComponent(u.pathname) };
+  }
+  throw new RangeError(`--token-url ${url}: only http, https and unix URLs are supported`);
+}
+
+interface Target extends TokenTarget {
+  dispatcher: Dispatcher | undefined;
+}
+
+/** One token from the endpoint, within `timeoutMs`; errors as the client's retry policy takes them. */
+async function fetchToken(target: Target, url: string, timeoutMs: number, now: () => number): Promise<Token> {
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await request(`${target.origin}${target.path}`, {
+      method: 'GET',
+      headers: { accept: 'application/json' },
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+      ...(target.dispatcher ? { dispatcher: target.dispatcher } : {}),
+    });
+  } catch (err) {
+    throw new GcsError('TRANSIENT', `--token-url ${url}: ${(err as Error).message}`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > BODY_LIMIT) {
+      res.body.destroy();
+      throw new GcsError('INVALID', `--token-url ${url}: answer over ${BODY_LIMIT} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  if (res.statusCode < 200 || res.statusCode >= 300) {
+    // A refusal of the caller is the credentials' fault: given up at once, as a revoked key is.
+    const refused = res.statusCode === 400 || res.statusCode === 401 || res.statusCode === 403;
+    throw new GcsError(refused ? 'UNAUTHENTICATED' : 'TRANSIENT', `--token-url ${url} answered HTTP ${res.statusCode}${text ? `: ${text.slice(0, 200)}` : ''}`, refused ? 401 : res.statusCode);
+  }
+  let body: { access_token?: unknown; token_type?: unknown; expires_in?: unknown; expiry?: unknown };
+  try {
+    body = JSON.parse(text) as typeof body;
+  } catch {
+    throw new GcsError('INVALID', `--token-url ${url}: the answer is not JSON`);
+  }
+  if (typeof body.access_token !== 'string' || body.access_token === '') throw new GcsError('INVALID', `--token-url ${url}: the answer has no access_token`);
+  // oauth2's Token.Type(): Bearer unless the endpoint names another type, its common spellings made canonical.
+  const rawType = typeof body.token_type === 'string' && body.token_type !== '' ? body.token_type : 'Bearer';
+  const type = /^bearer$/i.test(rawType) ? 'Bearer' : /^mac$/i.test(rawType) ? 'MAC' : /^basic$/i.test(rawType) ? 'Basic' : rawType;
+  let expiresAt = Number.POSITIVE_INFINITY;
+  if (typeof body.expiry === 'string' && !Number.isNaN(Date.parse(body.expiry))) expiresAt = Date.parse(body.expiry);
+  else if (typeof body.expires_in === 'number' && body.expires_in > 0) expiresAt = now() + body.expires_in * 1000;
+  return { header: `${type} ${body.access_token}`, refreshAt: expiresAt - EXPIRY_MARGIN_MS };
+}
+
+export interface TokenUrlOptions {
+  reuse: boolean;
+  timeoutMs: number;
+  now?: () => number;
+}
+
+/** The mount's request headers from `url`; one token is fetched now, so that a dead endpoint fails the start. */
+export async function tokenUrlAuth(url: string, opts: TokenUrlOptions): Promise<AuthHeaders> {
+  const parsed = parseTokenUrl(url);
+  const target: Target = { ...parsed, dispatcher: parsed.socketPath ? new Agent({ connect: { socketPath: parsed.socketPath } }) : undefined };
+  const now = opts.now ?? (() => Date.now());
+  let current: Token | null = await fetchToken(target, url, opts.timeoutMs, now);
+  let inFlight: Promise<Token> | null = null;
+  const authorization = (t: Token): Record<string, string> => ({ authorization: t.header });
+  if (!opts.reuse) {
+    let first: Token | null = current;
+    return async () => {
+      // The token fetched at start serves the first request; every later one fetches its own.
+      const t = first ?? (await fetchToken(target, url, opts.timeoutMs, now));
+      first = null;
+      return authorization(t);
+    };
+  }
+  return async (req) => {
+    if (req?.fresh) current = null;
+    if (current && now() < current.refreshAt) return authorization(current);
+    inFlight ??= fetchToken(target, url, opts.timeoutMs, now).finally(() => (inFlight = null));
+    current = await inFlight;
+    return authorization(current);
+  };
+}
