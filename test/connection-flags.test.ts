@@ -29,9 +29,9 @@ describe('--billing-project on a Requester Pays bucket', () => {
     expect(r.stderr).toMatch(/requester pays.*--billing-project/i);
   });
 
-  it('with it every request bills the project: reads, listings, a staged and a streamed write, a rename, a delete', async () => {
+  it('with it every request bills the project: reads, listings, a staged and a streamed write, a rename, a delete (and names --app-name)', async () => {
     tb.emulator.resetStats();
-    const m = await mount({ tb, args: ['--billing-project', 'payer', '--cache-dir', await tempDir('cache')] });
+    const m = await mount({ tb, args: ['--billing-project', 'payer', '--cache-dir', await tempDir('cache'), '--app-name', 'era5-loader'] });
     try {
       const local = await tempDir('local');
       await fsp.writeFile(join(local, 'big.bin'), big);
@@ -63,6 +63,9 @@ describe('--billing-project on a Requester Pays bucket', () => {
     // Every request named the project, a resumable session's own ones included; none was refused.
     expect(log.filter((e) => e.userProject !== 'payer').map((e) => `${e.method} ${e.kind} ${e.object}`)).toEqual([]);
     expect(log.filter((e) => e.status >= 400 && e.status !== 404).map((e) => `${e.method} ${e.kind} ${e.object} ${e.status}`)).toEqual([]);
+    // gcsfuse's --app-name goes after gcsmount's own name in every request's User-Agent.
+    const { version } = JSON.parse(await fsp.readFile(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    expect([...new Set(log.map((e) => e.userAgent))]).toEqual([`gcsmount/${version} era5-loader`]);
   });
 });
 

@@ -145,19 +145,19 @@ describe('operators\' day one', () => {
   it('writes text log lines with --log-format text, and a daemonising mount prints its ignored flags on stderr', async () => {
     const dir = await tempDir('textlog');
     const logFile = join(await tempDir('log'), 'gcsmount.log');
-    const args = [tb.bucket, dir, '--custom-endpoint', tb.emulator.url, '--log-file', logFile, '--log-format', 'text', '--app-name', 'pipeline'];
+    const args = [tb.bucket, dir, '--custom-endpoint', tb.emulator.url, '--log-file', logFile, '--log-format', 'text', '--client-protocol', 'grpc'];
     try {
       const r = await gcsmount(args);
       expect(r.code, r.stderr).toBe(0);
       // The daemon's own log goes to the file only: the notice must reach the person who typed the flag.
-      expect(r.stderr).toMatch(/^gcsmount: --app-name is accepted for gcsfuse compatibility and ignored/);
+      expect(r.stderr).toMatch(/^gcsmount: --client-protocol is accepted for gcsfuse compatibility and ignored/);
       expect((await run('cat', [join(dir, 'data/a.txt')])).stdout).toBe('alpha');
       const un = await gcsmount(['unmount', dir]);
       expect(un.code, un.stderr).toBe(0);
       const lines = (await fsp.readFile(logFile, 'utf8')).trim().split('\n');
       expect(lines.length).toBeGreaterThan(1);
       for (const line of lines) expect(line).toMatch(/^time="\d{4}-\d\d-\d\dT[\d:.]+Z" severity=(TRACE|DEBUG|INFO|WARNING|ERROR) message="/);
-      expect(lines.find((l) => l.includes('app-name'))).toMatch(/severity=WARNING .* pid=\d+/);
+      expect(lines.find((l) => l.includes('client-protocol'))).toMatch(/severity=WARNING .* pid=\d+/);
     } finally {
       await unmount(dir);
     }

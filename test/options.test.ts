@@ -476,10 +476,10 @@ gcsmount:
 describe('notices', () => {
   it('names each ignored, planned or deprecated option the user set', () => {
     const file = yamlFile('write:\n  enable-rapid-appends: false\n');
-    const o = parse('--app-name', 'x', '--stat-cache-ttl', '10s', '--debug_fuse',
+    const o = parse('--client-protocol', 'grpc', '--stat-cache-ttl', '10s', '--debug_fuse',
       '--config-file', file, 'b', '/m');
     expect(o.notices).toHaveLength(4);
-    expect(o.notices.find((s) => s.startsWith('--app-name'))).toMatch(/accepted for gcsfuse compatibility and ignored.*user agent/);
+    expect(o.notices.find((s) => s.startsWith('--client-protocol'))).toMatch(/accepted for gcsfuse compatibility and ignored.*own transport/);
     expect(o.notices.find((s) => s.startsWith('--stat-cache-ttl'))).toMatch(/deprecated: use --metadata-cache-ttl-secs/);
     expect(o.notices.find((s) => s.startsWith('--debug_fuse'))).toMatch(/ignored.*log-severity trace/);
     expect(o.notices.find((s) => s.includes("'write.enable-rapid-appends'"))).toMatch(/ignored/);

@@ -9,6 +9,7 @@ import { DEFAULT_RETRY } from '../gcs/retry.js';
 import { StallTimeout } from '../gcs/stall-timeout.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import { VERSION } from '../version.js';
 import { EXIT, UserError } from './exit.js';
 import type { MountOptions } from './options.js';
 
@@ -99,6 +100,8 @@ export function gcsClientConfig(opts: MountOptions, access: GcsAccess, log: Logg
     stall,
     maxRetryDurationMs: v['max-retry-duration'],
     billingProject: v['billing-project'],
+    // gcsfuse's form: its name and version, then the --app-name the user gave (GCS's logs show it).
+    userAgent: `gcsmount/${VERSION}${v['app-name'] ? ` ${v['app-name']}` : ''}`,
     limitBytesPerSec: v['limit-bytes-per-sec'],
     log,
     metrics,

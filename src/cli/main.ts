@@ -1,5 +1,6 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { VERSION } from '../version.js';
 import { EXIT, UserError } from './exit.js';
 import { formatHelp, subcommandHelp } from './help.js';
 import { wantsHelp } from './options.js';
@@ -27,7 +28,7 @@ export async function main(argv: string[]): Promise<void> {
       process.stdout.write(formatHelp());
       code = first === undefined ? EXIT.usage : EXIT.ok;
     } else if (first === '--version' || first === '-v') {
-      process.stdout.write('gcsmount 0.1.0\n');
+      process.stdout.write(`gcsmount ${VERSION}\n`);
       code = EXIT.ok;
     } else {
       // Own keys only: a bucket named `constructor` is a mount, not Object's constructor.

@@ -84,6 +84,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     }
     const entry = stats.begin(route.kind, req.method ?? 'GET', route.bucket, route.object);
     entry.userProject = query.get('userProject');
+    entry.userAgent = req.headers['user-agent'] ?? null;
     const finish = track(res, entry, () => stats.now(), () => {
       stats.finish(entry);
       if (opts.log) {

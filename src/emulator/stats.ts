@@ -19,6 +19,8 @@ export interface RequestLogEntry {
   committed: number | null;
   /** The project the request billed (its `userProject`), or null. */
   userProject: string | null;
+  /** Its User-Agent header, or null. */
+  userAgent: string | null;
   /** 0 if the connection ended before a status was sent. */
   status: number;
   injected: InjectedFault | null;
@@ -78,6 +80,7 @@ export class Stats {
       range: null,
       committed: null,
       userProject: null,
+      userAgent: null,
       status: 0,
       injected: null,
       startMs: this.now(),

@@ -85,6 +85,8 @@ export interface HttpClientConfig {
    * Requester Pays bucket demands of each request. Empty or absent: none sent.
    */
   billingProject?: string;
+  /** Sent with every request: `gcsmount/VERSION`, and gcsfuse's --app-name after it when set. */
+  userAgent?: string;
   /** Bytes per second all range reads together may take (gcsfuse's --limit-bytes-per-sec); absent or <= 0: no limit. */
   limitBytesPerSec?: number;
 }
@@ -359,7 +361,8 @@ export class HttpObjectClient implements WritableObjectClient {
       await concurrency.acquire();
       metrics.inc(KIND_COUNTER[kind]);
       try {
-        const headers = this.cfg.auth ? await this.cfg.auth({ fresh: refreshToken }) : {};
+        const authHeaders = this.cfg.auth ? await this.cfg.auth({ fresh: refreshToken }) : {};
+        const headers = this.cfg.userAgent ? { ...authHeaders, 'user-agent': this.cfg.userAgent } : authHeaders;
         refreshToken = false;
         const stallMs = this.cfg.stall ? this.cfg.stall.forRetry(stalls) : Number.POSITIVE_INFINITY;
         const result = await attemptOnce(headers, { stallMs, deadlineAt });

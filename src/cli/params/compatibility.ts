@@ -27,9 +27,9 @@ export const COMPATIBILITY_PARAMS = [
     configKey: 'app-name',
     type: 'string',
     default: '',
-    help: 'gcsmount identifies itself to GCS with its own user agent',
+    help: 'Named in the User-Agent of every request, after gcsmount/VERSION (as gcsfuse names it after its own)',
     group: 'Compatibility',
-    effect: 'ignored',
+    effect: 'effective',
   },
   {
     flag: 'profile',
