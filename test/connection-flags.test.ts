@@ -22,6 +22,15 @@ describe('--billing-project on a Requester Pays bucket', () => {
     await tb?.emulator.close();
   });
 
+  it('an --app-name HTTP cannot carry is exit 2, one line, before any request', async () => {
+    tb.emulator.resetStats();
+    const r = await run(GCSMOUNT, [tb.bucket, await tempDir('mnt'), '--custom-endpoint', tb.emulator.url, '--billing-project', 'payer', '--app-name', 'データ'], { env: daemonEnv() });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/--app-name .*printable ASCII/);
+    expect(tb.emulator.requestLog()).toEqual([]);
+  });
+
   it('without it the mount fails at once: exit 4, one line that names the flag', async () => {
     const r = await run(GCSMOUNT, [tb.bucket, await tempDir('mnt'), '--custom-endpoint', tb.emulator.url], { env: daemonEnv() });
     expect(r.code, r.stderr).toBe(4);
@@ -73,7 +82,7 @@ describe('--billing-project on a Requester Pays bucket', () => {
 describe('--limit-bytes-per-sec', () => {
   let tb: TestBucket;
   const MiB = 2 ** 20;
-  const files: Record<string, Buffer> = { 'a.bin': randomBytes(10 * MiB), 'b.bin': randomBytes(6 * MiB) };
+  const files: Record<string, Buffer> = { 'a.bin': randomBytes(14 * MiB), 'b.bin': randomBytes(10 * MiB) };
 
   beforeAll(async () => {
     tb = await startBucket('throttled');
@@ -85,8 +94,8 @@ describe('--limit-bytes-per-sec', () => {
     await tb?.emulator.close();
   });
 
-  it('reads 16 MiB at 4 MiB/s in no less than 2.5 s (one second of burst), each byte once, and stats show the waits', async () => {
-    const m = await mount({ tb, args: ['--limit-bytes-per-sec', String(4 * MiB), '--cache-dir', await tempDir('cache')] });
+  it('reads 24 MiB at 8 MiB/s in no less than 1.6 s (8 MiB of burst: the largest read), each byte once, and stats show the waits', async () => {
+    const m = await mount({ tb, args: ['--limit-bytes-per-sec', String(8 * MiB), '--cache-dir', await tempDir('cache')] });
     try {
       const local = await tempDir('local');
       for (const [name, buf] of Object.entries(files)) await fsp.writeFile(join(local, name), buf);
@@ -96,15 +105,15 @@ describe('--limit-bytes-per-sec', () => {
       const r = await run('sh', ['-c', `cmp '${m.path}/a.bin' '${local}/a.bin' & cmp '${m.path}/b.bin' '${local}/b.bin' & wait %1 && wait %2`]);
       const seconds = (performance.now() - t0) / 1000;
       expect(r.code, r.stderr).toBe(0);
-      // 16 MiB - 4 MiB of burst at 4 MiB/s: 3 s; a little less for the clock's grain.
-      expect(seconds).toBeGreaterThan(2.5);
+      // 24 MiB - 8 MiB of burst at 8 MiB/s: 2 s; a little less for the clock's grain.
+      expect(seconds).toBeGreaterThan(1.6);
       const media = tb.emulator.requestLog().filter((e) => e.kind === 'media');
-      expect(media.reduce((n, e) => n + (e.range ? e.range.end - e.range.start + 1 : 0), 0)).toBe(16 * MiB);
+      expect(media.reduce((n, e) => n + (e.range ? e.range.end - e.range.start + 1 : 0), 0)).toBe(24 * MiB);
       const st = await mountStats(m.path);
       expect(st.counters.gcs_bandwidth_waits).toBeGreaterThan(0);
-      expect(st.gauges.gcs_bandwidth_limit_bytes).toBe(4 * MiB);
+      expect(st.gauges.gcs_bandwidth_limit_bytes).toBe(8 * MiB);
       const text = await run(GCSMOUNT, ['stats', m.path]);
-      expect(text.stdout).toMatch(/bandwidth +4(\.0)? MiB\/s +reads waited [1-9]/);
+      expect(text.stdout).toMatch(/bandwidth +8(\.0)? MiB\/s +reads waited [1-9]/);
     } finally {
       await unmount(m.path);
     }

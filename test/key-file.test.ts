@@ -43,7 +43,7 @@ describe('--key-file', () => {
       const key = await write('sa-silent.json', JSON.stringify(serviceAccount));
       const t0 = performance.now();
       const outcome = await Promise.race([
-        resolveAuth({ kind: 'key-file', path: key }, { METADATA_SERVER_DETECTION: 'none' }, 500).then(() => 'resolved', (err: unknown) => err),
+        resolveAuth({ kind: 'key-file', path: key }, { env: { METADATA_SERVER_DETECTION: 'none' }, tokenTimeoutMs: 500 }).then(() => 'resolved', (err: unknown) => err),
         new Promise((r) => setTimeout(() => r('hung'), 10_000)),
       ]);
       expect(outcome).toBeInstanceOf(CredentialsError);

@@ -447,6 +447,23 @@ describe('bandwidth (--limit-bytes-per-sec): a token bucket of bytes', () => {
     expect(order).toEqual(['raised', 'reader', 'readahead']);
   });
 
+  it("a reader's small read that fits the bucket goes at once, though a big prefetch waits for a refill", async () => {
+    const clock = new FakeClock();
+    const b = new ByteRate({ bytesPerSecond: MiB, minCapacity: 4 * MiB, now: clock.now, schedule: clock.schedule });
+    await b.acquire(3 * MiB, { priority: 'background' });
+    const order: string[] = [];
+    void b.acquire(4 * MiB, { priority: 'background' }).then(() => order.push('prefetch'));
+    await clock.advance(10);
+    void b.acquire(64 * 1024, { priority: 'urgent' }).then(() => order.push('reader'));
+    await clock.advance(1);
+    expect(order).toEqual(['reader']);
+    // The bucket holds four blocks' worth: the prefetch waits for it to fill, and leaves no debt behind.
+    await clock.advance(3000);
+    expect(order).toEqual(['reader']);
+    await clock.advance(200);
+    expect(order).toEqual(['reader', 'prefetch']);
+  });
+
   it('fails its waiters and later reads once closed', async () => {
     const clock = new FakeClock();
     const b = bytes(clock, MiB);

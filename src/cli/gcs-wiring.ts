@@ -21,10 +21,22 @@ const UNLIMITED_CONNECTIONS_CEILING = 100;
 /** The longest sleep between two tries of the start-up bucket check: a start should follow a recovery soon. */
 const STARTUP_CHECK_MAX_SLEEP_MS = 5_000;
 
-/** Where GCS is answered, and with which credentials. */
+/** Where GCS is answered, with which credentials, and how the mount names itself. */
 export interface GcsAccess {
   endpoint: Endpoint;
   auth: AuthHeaders | null;
+  userAgent: string;
+}
+
+/**
+ * gcsfuse's form: its name and version, then the --app-name the user gave (GCS's logs show it). Runs of
+ * white space become one space; a name HTTP cannot carry is a usage error (undici refused every request
+ * with it, which the bucket check retried as transient for its whole timeout).
+ */
+export function userAgentFor(appName: string): string {
+  const name = appName.trim().replace(/\s+/g, ' ');
+  if (!/^[\x20-\x7e]*$/.test(name)) throw new UserError(`--app-name ${JSON.stringify(appName)}: only printable ASCII can go into a User-Agent`, EXIT.usage);
+  return `gcsmount/${VERSION}${name ? ` ${name}` : ''}`;
 }
 
 function credentialSource(opts: MountOptions, customEndpoint: boolean): CredentialSource {
@@ -48,16 +60,21 @@ function credentialSource(opts: MountOptions, customEndpoint: boolean): Credenti
   return { kind: 'default' };
 }
 
-/** The endpoint (a bad --custom-endpoint is a usage error) and the credentials that go with it. */
-export async function gcsAccess(opts: MountOptions): Promise<GcsAccess> {
+/**
+ * The endpoint (a bad --custom-endpoint is a usage error) and the credentials that go with it. A token
+ * service that is not up yet (a sidecar starting beside the mount) is waited for as the bucket check
+ * waits for a throttled bucket: within --startup-check-timeout, or until `abort`.
+ */
+export async function gcsAccess(opts: MountOptions, abort?: AbortSignal): Promise<GcsAccess> {
   let endpoint;
   try {
     endpoint = resolveEndpoint(opts.values['custom-endpoint'] || undefined, process.env);
   } catch (err) {
     throw new UserError((err as Error).message, EXIT.usage);
   }
-  const auth = await resolveAuth(credentialSource(opts, endpoint.custom));
-  return { endpoint, auth };
+  const userAgent = userAgentFor(opts.values['app-name']);
+  const auth = await resolveAuth(credentialSource(opts, endpoint.custom), { startupMs: opts.values['startup-check-timeout'], abort, userAgent });
+  return { endpoint, auth, userAgent };
 }
 
 /** The GCS client's config from the flags: connections, retries, request rate, stall timeouts; their gauges. */
@@ -100,9 +117,9 @@ export function gcsClientConfig(opts: MountOptions, access: GcsAccess, log: Logg
     stall,
     maxRetryDurationMs: v['max-retry-duration'],
     billingProject: v['billing-project'],
-    // gcsfuse's form: its name and version, then the --app-name the user gave (GCS's logs show it).
-    userAgent: `gcsmount/${VERSION}${v['app-name'] ? ` ${v['app-name']}` : ''}`,
+    userAgent: access.userAgent,
     limitBytesPerSec: v['limit-bytes-per-sec'],
+    largestReadBytes: Math.max(v['block-size-mb'], v['whole-object-threshold-mb']) * 2 ** 20,
     log,
     metrics,
   };

@@ -112,7 +112,7 @@ async function prepareKernelSide(opts: MountOptions, log: Logger, undo: (() => u
 async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () => number, undo: (() => unknown)[], abort?: AbortSignal): Promise<RunningDaemon> {
   const v = opts.values;
   const { mountPoint, fuse, starting } = await prepareKernelSide(opts, log, undo);
-  const access = await gcsAccess(opts);
+  const access = await gcsAccess(opts, abort);
   const metrics = new Metrics();
   metrics.addCounterSource('log_lines_lost', lostLogLines);
   undo.push(trackMainThread(metrics));

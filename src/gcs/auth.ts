@@ -3,9 +3,10 @@ import { tokenUrlAuth } from './token-url.js';
 
 /**
  * Returns the headers that authenticate one request (a fresh token when the old one nears expiry).
- * `fresh`: the server refused the current token (401), so fetch a new one whatever its stated expiry.
+ * `fresh`: the server refused the current token (401), so fetch a new one whatever its stated expiry;
+ * `refused`: the Authorization that was refused, so that requests refused together fetch one new token.
  */
-export type AuthHeaders = (opts?: { fresh?: boolean }) => Promise<Record<string, string>>;
+export type AuthHeaders = (opts?: { fresh?: boolean; refused?: string }) => Promise<Record<string, string>>;
 
 export type CredentialSource =
   | { kind: 'none' } // emulator, custom endpoint, or --anonymous-access
@@ -67,16 +68,48 @@ async function headersWithin(client: { getRequestHeaders(): Promise<unknown> }, 
   }
 }
 
-export async function resolveAuth(source: CredentialSource, env: NodeJS.ProcessEnv = process.env, tokenTimeoutMs = TOKEN_TIMEOUT_MS): Promise<AuthHeaders | null> {
-  if (source.kind === 'none') return null;
-  if (source.kind === 'token-url') {
+export interface ResolveOptions {
+  env?: NodeJS.ProcessEnv;
+  tokenTimeoutMs?: number;
+  /** How long a token URL that does not answer yet (refused, 5xx, silent) is retried at start; 0: one try. */
+  startupMs?: number;
+  /** Ends that wait at once (a stop asked for while starting). */
+  abort?: AbortSignal;
+  /** Sent to a token URL. */
+  userAgent?: string;
+}
+
+/** The longest pause between two tries of a token URL at start: a sidecar that comes up is used soon. */
+const TOKEN_URL_START_MAX_SLEEP_MS = 2_000;
+
+/** A token URL's first token: transient failures are retried until `startupMs` has passed. */
+async function firstTokenUrlAuth(source: { url: string; reuse: boolean }, o: ResolveOptions, timeoutMs: number): Promise<AuthHeaders> {
+  const giveUpAt = Date.now() + (o.startupMs ?? 0);
+  for (let pause = 100; ; pause = Math.min(pause * 2, TOKEN_URL_START_MAX_SLEEP_MS)) {
     try {
-      return await tokenUrlAuth(source.url, { reuse: source.reuse, timeoutMs: tokenTimeoutMs });
+      return await tokenUrlAuth(source.url, { reuse: source.reuse, timeoutMs, userAgent: o.userAgent });
     } catch (err) {
+      const transient = err instanceof GcsError && err.code === 'TRANSIENT';
       // Every message of the token fetch starts with `--token-url URL`.
-      throw new CredentialsError(`cannot get an access token: ${(err as Error).message}`);
+      if (!transient || o.abort?.aborted || Date.now() + pause >= giveUpAt) throw new CredentialsError(`cannot get an access token: ${(err as Error).message}`);
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          o.abort?.removeEventListener('abort', done);
+          resolve();
+        };
+        const timer = setTimeout(done, pause);
+        o.abort?.addEventListener('abort', done);
+      });
     }
   }
+}
+
+export async function resolveAuth(source: CredentialSource, o: ResolveOptions = {}): Promise<AuthHeaders | null> {
+  const env = o.env ?? process.env;
+  const tokenTimeoutMs = o.tokenTimeoutMs ?? TOKEN_TIMEOUT_MS;
+  if (source.kind === 'none') return null;
+  if (source.kind === 'token-url') return firstTokenUrlAuth(source, o, tokenTimeoutMs);
   preferBiosMetadataDetection(env);
   // Loaded only when credentials are needed (0.18 s: the client, google-auth-library, OpenTelemetry's
   // API): a mount of an emulator or of a public bucket never pays for it.

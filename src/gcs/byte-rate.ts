@@ -1,10 +1,11 @@
 /**
  * Bytes per second read from GCS, per daemon (gcsfuse's --limit-bytes-per-sec): a token bucket of bytes.
  *
- * Each range read takes its length before its first attempt; a read larger than the bucket holds may
- * take it once the bucket is full, leaving the bucket in debt, so the long-run rate is the limit
- * whatever the read sizes. The bucket holds one second of bytes: gcsfuse's holds its rate times 576 s,
- * which lets the first ten minutes of a job through unthrottled.
+ * Each range read takes its length before its first attempt. The bucket holds one second of bytes, and
+ * at least the largest read the mount makes (`minCapacity`: a block, or a whole small object), so a read
+ * never leaves it in debt that a reader's next read would wait out behind a prefetch; one larger still
+ * is let through once the bucket is full. gcsfuse's holds its rate times 576 s, which lets the first
+ * ten minutes of a job through unthrottled.
  *
  * Waiters are granted most urgent first (a reader's own read before readahead and prefetch), in order
  * of arrival within a priority; a priority raised while waiting is seen at the next grant.
@@ -13,6 +14,8 @@ import type { PriorityRef } from './request-rate.js';
 
 export interface ByteRateConfig {
   bytesPerSecond: number;
+  /** The largest read the mount makes: the bucket holds at least this much. */
+  minCapacity?: number;
   now?: () => number;
   /** Schedules `fn` after `ms`; returns a cancel function. Injected by tests. */
   schedule?: (fn: () => void, ms: number) => () => void;
@@ -45,7 +48,7 @@ export class ByteRate {
         const t = setTimeout(fn, ms);
         return () => clearTimeout(t);
       });
-    this.capacity = Math.max(cfg.bytesPerSecond, 1);
+    this.capacity = Math.max(cfg.bytesPerSecond, cfg.minCapacity ?? 0, 1);
     this.tokens = this.capacity;
     this.lastRefill = this.now();
   }
@@ -64,7 +67,13 @@ export class ByteRate {
     }
     return new Promise((resolve, reject) => {
       this.waiters.push({ bytes, ref, since: this.now(), resolve, reject });
-      this.arm();
+      // The newcomer goes first (urgent behind background ones): the timer armed for the waiter before
+      // it may be far off, while the bucket may hold enough for this one now.
+      if (this.next() === this.waiters.length - 1) {
+        this.cancelTimer?.();
+        this.cancelTimer = null;
+        this.pump();
+      } else this.arm();
     });
   }
 

@@ -89,6 +89,8 @@ export interface HttpClientConfig {
   userAgent?: string;
   /** Bytes per second all range reads together may take (gcsfuse's --limit-bytes-per-sec); absent or <= 0: no limit. */
   limitBytesPerSec?: number;
+  /** The largest range read the mount makes (a block, a whole small object): the bandwidth bucket holds at least this. */
+  largestReadBytes?: number;
 }
 
 const URGENT: ReadPriority = { priority: 'urgent' };
@@ -131,7 +133,7 @@ export class HttpObjectClient implements WritableObjectClient {
     this.bucket = cfg.bucket;
     this.origin = cfg.endpoint.origin;
     this.bucketPath = `/storage/v1/b/${encodeURIComponent(cfg.bucket)}`;
-    this.bandwidth = cfg.limitBytesPerSec !== undefined && cfg.limitBytesPerSec > 0 ? new ByteRate({ bytesPerSecond: cfg.limitBytesPerSec }) : null;
+    this.bandwidth = cfg.limitBytesPerSec !== undefined && cfg.limitBytesPerSec > 0 ? new ByteRate({ bytesPerSecond: cfg.limitBytesPerSec, minCapacity: cfg.largestReadBytes ?? 0 }) : null;
     const proxy = proxySettings(cfg.env ?? process.env);
     const options = (connections: number): Pool.Options => ({
       // gcsfuse's 0 means no limit; so does undici's null.
@@ -349,6 +351,9 @@ export class HttpObjectClient implements WritableObjectClient {
     let stalls = 0;
     let tokenRefreshed = false;
     let refreshToken = false;
+    /** The Authorization the last attempt sent, and the one a 401 refused. */
+    let sentAuth: string | undefined;
+    let refusedAuth: string | undefined;
     for (let attempt = 1; ; attempt++) {
       if (this.closing) throw new GcsError('CLOSED', `${what}: client closed`);
       const grant: RateGrant | null = rate ? await rate.acquire(priority) : null;
@@ -361,7 +366,8 @@ export class HttpObjectClient implements WritableObjectClient {
       await concurrency.acquire();
       metrics.inc(KIND_COUNTER[kind]);
       try {
-        const authHeaders = this.cfg.auth ? await this.cfg.auth({ fresh: refreshToken }) : {};
+        const authHeaders = this.cfg.auth ? await this.cfg.auth(refreshToken ? { fresh: true, refused: refusedAuth } : undefined) : {};
+        sentAuth = authHeaders.authorization;
         const headers = this.cfg.userAgent ? { ...authHeaders, 'user-agent': this.cfg.userAgent } : authHeaders;
         refreshToken = false;
         const stallMs = this.cfg.stall ? this.cfg.stall.forRetry(stalls) : Number.POSITIVE_INFINITY;
@@ -395,6 +401,7 @@ export class HttpObjectClient implements WritableObjectClient {
         if (err.code === 'UNAUTHENTICATED' && this.cfg.auth && !tokenRefreshed) {
           tokenRefreshed = true;
           refreshToken = true;
+          refusedAuth = sentAuth;
           attempt--;
           metrics.inc('gcs_retries');
           log.info({ kind, what, status: err.status }, `GCS retry with a fresh token after ${err.message}`);

@@ -28,6 +28,8 @@ export interface TokenTarget {
   origin: string;
   path: string;
   socketPath: string | null;
+  /** An Authorization header from the URL's user and password, or null. */
+  basic: string | null;
 }
 
 /** The URL's target; one neither http(s) nor unix is a usage error (thrown as RangeError). */
@@ -38,11 +40,14 @@ export function parseTokenUrl(url: string): TokenTarget {
   } catch {
     throw new RangeError(`--token-url ${url}: not a URL`);
   }
-  if (u.protocol === 'http:' || u.protocol === 'https:') return { origin: u.origin, path: `${u.pathname}${u.search}`, socketPath: null };
+  // user:password@ in the URL is sent as Basic authentication, as Go's HTTP client sends it.
+  const basic = u.username || u.password ? `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}` : null;
+  if (u.protocol === 'http:' || u.protocol === 'https:') return { origin: u.origin, path: `${u.pathname}${u.search}`, socketPath: null, basic };
   if (u.protocol === 'unix:') {
     if (!u.pathname || u.pathname === '/') throw new RangeError(`--token-url ${url}: no socket path`);
-    const rel = u.hash ? new URL(decodeURIComponent(u.hash.slice(1)), 'http://unix') : null;
-    return { origin: 'http://unix', path: rel ? `${rel.pathname}${rel.search}` : `/${u.search}`, socketPath: decodeURIComponent(u.pathname) };
+    // The fragment as written (still escaped), as gcsfuse takes it: %2B stays a plus in the query.
+    const rel = u.hash ? new URL(u.hash.slice(1), 'http://unix') : null;
+    return { origin: 'http://unix', path: rel ? `${rel.pathname}${rel.search}` : `/${u.search}`, socketPath: decodeURIComponent(u.pathname), basic };
   }
   throw new RangeError(`--token-url ${url}: only http, https and unix URLs are supported`);
 }
@@ -51,29 +56,29 @@ interface Target extends TokenTarget {
   dispatcher: Dispatcher | undefined;
 }
 
-/** One token from the endpoint, within `timeoutMs`; errors as the client's retry policy takes them. */
-async function fetchToken(target: Target, url: string, timeoutMs: number, now: () => number): Promise<Token> {
+/** One token from the endpoint, all of it within `timeoutMs`; errors as the client's retry policy takes them. */
+async function fetchToken(target: Target, url: string, timeoutMs: number, userAgent: string | undefined, now: () => number): Promise<Token> {
+  // A deadline for the whole exchange: a server that trickles bytes is never silent long enough for a
+  // silence timeout, and with reuse every request of the mount waits on this one fetch.
+  const signal = AbortSignal.timeout(timeoutMs);
+  const headers: Record<string, string> = { accept: 'application/json', ...(userAgent ? { 'user-agent': userAgent } : {}), ...(target.basic ? { authorization: target.basic } : {}) };
   let res: Dispatcher.ResponseData;
-  try {
-    res = await request(`${target.origin}${target.path}`, {
-      method: 'GET',
-      headers: { accept: 'application/json' },
-      headersTimeout: timeoutMs,
-      bodyTimeout: timeoutMs,
-      ...(target.dispatcher ? { dispatcher: target.dispatcher } : {}),
-    });
-  } catch (err) {
-    throw new GcsError('TRANSIENT', `--token-url ${url}: ${(err as Error).message}`);
-  }
   const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res.body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > BODY_LIMIT) {
-      res.body.destroy();
-      throw new GcsError('INVALID', `--token-url ${url}: answer over ${BODY_LIMIT} bytes`);
+  try {
+    res = await request(`${target.origin}${target.path}`, { method: 'GET', headers, signal, ...(target.dispatcher ? { dispatcher: target.dispatcher } : {}) });
+    let size = 0;
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > BODY_LIMIT) {
+        res.body.destroy();
+        throw new GcsError('INVALID', `--token-url ${url}: answer over ${BODY_LIMIT} bytes`);
+      }
+      chunks.push(chunk);
     }
-    chunks.push(chunk);
+  } catch (err) {
+    if (err instanceof GcsError) throw err;
+    const why = signal.aborted ? `no token within ${timeoutMs / 1000} s` : (err as Error).message;
+    throw new GcsError('TRANSIENT', `--token-url ${url}: ${why}`);
   }
   const text = Buffer.concat(chunks).toString('utf8');
   if (res.statusCode < 200 || res.statusCode >= 300) {
@@ -92,14 +97,17 @@ async function fetchToken(target: Target, url: string, timeoutMs: number, now: (
   const rawType = typeof body.token_type === 'string' && body.token_type !== '' ? body.token_type : 'Bearer';
   const type = /^bearer$/i.test(rawType) ? 'Bearer' : /^mac$/i.test(rawType) ? 'MAC' : /^basic$/i.test(rawType) ? 'Basic' : rawType;
   let expiresAt = Number.POSITIVE_INFINITY;
-  if (typeof body.expiry === 'string' && !Number.isNaN(Date.parse(body.expiry))) expiresAt = Date.parse(body.expiry);
-  else if (typeof body.expires_in === 'number' && body.expires_in > 0) expiresAt = now() + body.expires_in * 1000;
+  // Go's zero time (year 1, what an oauth2.Token without an expiry marshals to) means no expiry, as in gcsfuse.
+  const expiry = typeof body.expiry === 'string' ? Date.parse(body.expiry) : Number.NaN;
+  if (!Number.isNaN(expiry) && new Date(expiry).getUTCFullYear() > 1) expiresAt = expiry;
+  else if (Number.isNaN(expiry) && typeof body.expires_in === 'number' && body.expires_in > 0) expiresAt = now() + body.expires_in * 1000;
   return { header: `${type} ${body.access_token}`, refreshAt: expiresAt - EXPIRY_MARGIN_MS };
 }
 
 export interface TokenUrlOptions {
   reuse: boolean;
   timeoutMs: number;
+  userAgent?: string;
   now?: () => number;
 }
 
@@ -108,22 +116,24 @@ export async function tokenUrlAuth(url: string, opts: TokenUrlOptions): Promise<
   const parsed = parseTokenUrl(url);
   const target: Target = { ...parsed, dispatcher: parsed.socketPath ? new Agent({ connect: { socketPath: parsed.socketPath } }) : undefined };
   const now = opts.now ?? (() => Date.now());
-  let current: Token | null = await fetchToken(target, url, opts.timeoutMs, now);
+  const fetchOne = (): Promise<Token> => fetchToken(target, url, opts.timeoutMs, opts.userAgent, now);
+  let current: Token = await fetchOne();
   let inFlight: Promise<Token> | null = null;
   const authorization = (t: Token): Record<string, string> => ({ authorization: t.header });
   if (!opts.reuse) {
     let first: Token | null = current;
     return async () => {
       // The token fetched at start serves the first request; every later one fetches its own.
-      const t = first ?? (await fetchToken(target, url, opts.timeoutMs, now));
+      const t = first ?? (await fetchOne());
       first = null;
       return authorization(t);
     };
   }
   return async (req) => {
-    if (req?.fresh) current = null;
-    if (current && now() < current.refreshAt) return authorization(current);
-    inFlight ??= fetchToken(target, url, opts.timeoutMs, now).finally(() => (inFlight = null));
+    // A refusal of a token already replaced (requests refused together) takes the new one.
+    const refused = req?.fresh === true && (req.refused === undefined || req.refused === current.header);
+    if (!refused && now() < current.refreshAt) return authorization(current);
+    inFlight ??= fetchOne().finally(() => (inFlight = null));
     current = await inFlight;
     return authorization(current);
   };

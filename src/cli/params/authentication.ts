@@ -27,7 +27,7 @@ export const AUTHENTICATION_PARAMS = [
     configKey: 'gcs-auth.token-url',
     type: 'string',
     default: '',
-    help: 'Fetch access tokens from this URL (a GET answering OAuth2 JSON: access_token, expires_in), as gcsfuse; unix:///SOCKET#/PATH asks over a Unix socket. Used when no --key-file is given, with --custom-endpoint too; unreachable or refused at start: exit 5',
+    help: 'Fetch access tokens from this URL (a GET answering OAuth2 JSON: access_token, expires_in), as gcsfuse; unix:///SOCKET#/PATH asks over a Unix socket. Used when no --key-file is given, with --custom-endpoint too; at start one not answering yet is retried within --startup-check-timeout, one refusing is exit 5',
     group: 'Authentication',
     effect: 'effective',
   },

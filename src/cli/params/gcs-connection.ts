@@ -117,7 +117,7 @@ export const GCS_CONNECTION_PARAMS = [
     configKey: 'gcs-connection.limit-bytes-per-sec',
     type: 'float',
     default: -1,
-    help: 'Bytes per second this daemon reads from GCS, all readers, readahead and prefetch together (a token bucket holding one second of them; a reader\'s own reads go first); -1 or 0 = no limit',
+    help: 'Bytes per second this daemon reads from GCS, all readers, readahead and prefetch together (a token bucket holding one second of them, and at least one block or whole small object; a reader\'s own reads go first); -1 or 0 = no limit',
     group: 'GCS connection',
     effect: 'effective',
   },
