@@ -1,4 +1,5 @@
 import { tmpdir } from 'node:os';
+import { AppendTempSweeper, TEMP_DIR as APPEND_TEMP_DIR } from '../writes/append-compose.js';
 import type { BlockSource } from '../blocks/block-source.js';
 import type { WritableObjectClient } from '../gcs/object-client.js';
 import type { MemoryBudget } from '../memory/memory-budget.js';
@@ -53,9 +54,12 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
   const maxBlocks = v['write-global-max-blocks'];
   const slots = new UploadSlots(maxBlocks <= 0 ? Number.POSITIVE_INFINITY : maxBlocks);
   const buffers = new UploadBuffers(deps.memory, chunkBytes, Math.min(slots.max, 4), 1000, deps.sharedMemory);
+  const appendTempPrefix = `${deps.names.rootPrefix}${APPEND_TEMP_DIR}`;
+  const sweeper = new AppendTempSweeper({ client: deps.client, log: deps.log, metrics: deps.metrics, tempPrefix: appendTempPrefix });
   const writes = new Writes({
     client: deps.client,
     names: deps.names,
+    appendTempPrefix,
     namespace: deps.namespace,
     changes,
     renameDirLimit: v['rename-dir-limit'],
@@ -72,6 +76,7 @@ export function wireWrites(opts: MountOptions, deps: WriteWiringDeps): { writes:
   return {
     writes,
     close: () => {
+      void sweeper.close();
       buffers.close();
       staging.close();
     },

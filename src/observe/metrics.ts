@@ -32,6 +32,8 @@ export const COUNTERS = {
   gcs_upload_sessions_expired: 'resumable sessions GCS no longer knew (404/410): the upload restarts',
   fuse_write_bytes: 'bytes written through the mount (FUSE writes)',
   write_uploads: 'files uploaded at close or fsync (streamed, staged or one-shot)',
+  write_compose_appends: 'of them, appends to an object of 2 MiB or more sent as a tail composed onto it (gcsfuse\'s append optimization)',
+  write_temp_tails_swept: 'temporary tails of appends by compose a crash left, deleted after 30 minutes',
   write_upload_ms: 'milliseconds from a close or fsync to its upload finished, summed (their mean is this over write_uploads)',
   write_streamed_files: 'new files whose bytes went to GCS as they were written (a resumable session fed while writing)',
   write_chunks_from_memory: 'upload chunks of streamed files sent from memory (their staged copy written with O_DIRECT, not read back)',

@@ -3,6 +3,7 @@ import { UPLOAD_CHUNK_UNIT, type ObjectMeta, type WrittenObject } from '../gcs/o
 import { MTIME_KEY, mtimeMetadata } from '../gcs/mtime.js';
 import type { Logger } from '../observe/logger.js';
 import type { Metrics } from '../observe/metrics.js';
+import { composeAppend, COMPOSE_APPEND_MAX_TAIL, COMPOSE_APPEND_MIN_BYTES } from './append-compose.js';
 import { FileUpload, type UploadDeps } from './file-upload.js';
 import { KeptAttributes } from './kept-attributes.js';
 import { StagedCopy } from './staged-copy.js';
@@ -26,6 +27,8 @@ export interface WriteStateDeps extends UploadDeps {
   /** An upload met another writer's object (412): what this machine holds of `state.path` is out of date. */
   outdated: (state: WriteState) => void;
   staging: StagingDir;
+  /** Where an append by compose puts its temporary tail (append-compose.ts TEMP_DIR in the mount's root). */
+  appendTempPrefix: string;
   blocks: BlockSource;
   log: Logger;
   metrics: Metrics;
@@ -64,6 +67,11 @@ export class WriteState {
   private serial: Promise<unknown> = Promise.resolve();
   /** Writes and truncates so far: the block cache takes an upload's bytes only if none came after it. */
   private changes = 0;
+  /**
+   * The staged copy's first bytes that are still `source`'s (no write or truncate reached below it): at
+   * `source.size`, the file is the object plus what was appended, and a close can append by compose.
+   */
+  private untouchedBelow = 0;
   /** What uploads keep of the object they replace (its content type and custom metadata). */
   private readonly kept: KeptAttributes;
 
@@ -145,6 +153,7 @@ export class WriteState {
       }
       const grows = pos + data.length - this.size;
       if (grows > 0) this.reserveDisk(grows);
+      this.untouchedBelow = Math.min(this.untouchedBelow, pos);
       // A streamed file's appends may stay in memory until a chunk is full (staged-copy.ts).
       await this.staged!.write(pos, data, this.stream.streaming && !this.unlinked && pos === this.size);
       this.size = Math.max(this.size, pos + data.length);
@@ -167,6 +176,7 @@ export class WriteState {
         await this.stream.cancel();
       }
       if (size > this.size) this.reserveDisk(size - this.size);
+      this.untouchedBelow = Math.min(this.untouchedBelow, size);
       await this.staged!.truncate(size);
       this.size = size;
       this.touch();
@@ -261,6 +271,8 @@ export class WriteState {
     if (this.inBucket && this.source) await this.kept.learn(this.source, this.path);
     const t0 = performance.now();
     await this.stream.settled();
+    const composed = await this.appendByCompose();
+    if (composed) return this.landed(composed, new Map(), t0);
     // A stream goes on after a close of a dup'ed descriptor (dd, shells): the next session sends the
     // staged copy from its first byte again, over the generation this upload makes.
     const upload = this.stream.take() ?? this.newUpload();
@@ -269,21 +281,55 @@ export class WriteState {
       // later close, a reader), whether or not the upload worked. A staged copy that could not take
       // them fails whatever reads it next (never the upload that already has them).
       const object = await this.keepExplicitMtime(upload, await upload.finish(this.size, this.deps.config.chunkBytes).finally(() => this.staged!.spill().catch(() => undefined)));
-      this.dirty = false;
-      // The object carries this mtime now: a later clean close or fsync has nothing to patch.
-      this.mtimeExplicit = false;
-      const replaced = this.expect;
-      this.expect = object.generation;
-      this.source = object;
-      this.kept.uploaded(object);
-      this.deps.uploaded(this, replaced, object);
-      this.deps.metrics.inc('write_uploads');
-      this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
-      void this.adopt(object, upload.blockCrcs, this.changes);
-      return object;
+      return this.landed(object, upload.blockCrcs, t0);
     } catch (err) {
       throw this.failed(err);
     }
+  }
+
+  /** An upload (or compose) made `object` of this file: it is the source from now on. */
+  private landed(object: WrittenObject, blockCrcs: ReadonlyMap<number, number>, t0: number): WrittenObject {
+    this.dirty = false;
+    // The object carries this mtime now: a later clean close or fsync has nothing to patch.
+    this.mtimeExplicit = false;
+    const replaced = this.expect;
+    this.expect = object.generation;
+    this.source = object;
+    this.untouchedBelow = object.size;
+    this.kept.uploaded(object);
+    this.deps.uploaded(this, replaced, object);
+    this.deps.metrics.inc('write_uploads');
+    this.deps.metrics.inc('write_upload_ms', Math.round(performance.now() - t0));
+    void this.adopt(object, blockCrcs, this.changes);
+    return object;
+  }
+
+  /**
+   * An object of COMPOSE_APPEND_MIN_BYTES or more that was only appended to (gcsfuse's append
+   * optimization): its tail goes as a temporary object composed onto it (append-compose.ts); null when
+   * this file is not such an append, or compose could not do it (the whole file is uploaded then).
+   */
+  private async appendByCompose(): Promise<WrittenObject | null> {
+    const source = this.source;
+    if (!source || !this.staged || this.unlinked || this.stream.hasUpload || source.generation !== this.expect || !this.inBucket) return null;
+    const tailLength = this.size - source.size;
+    if (source.size < COMPOSE_APPEND_MIN_BYTES || this.untouchedBelow < source.size || tailLength <= 0 || tailLength > COMPOSE_APPEND_MAX_TAIL) return null;
+    const tail = Buffer.allocUnsafe(tailLength);
+    await this.staged.read(source.size, tail);
+    let outcome;
+    try {
+      const attrs = this.kept.forUpload(this.objectName, mtimeMetadata(this.mtimeMs));
+      outcome = await composeAppend({ client: this.deps.client, log: this.deps.log, metrics: this.deps.metrics, tempPrefix: this.deps.appendTempPrefix }, { name: this.objectName, source, tail, attrs });
+    } catch (err) {
+      throw this.failed(err);
+    }
+    if ('fallback' in outcome) {
+      // A composed object that is not this file's bytes is ours to replace: the upload goes over it.
+      if (outcome.over) this.expect = outcome.over.generation;
+      return null;
+    }
+    await this.staged.spill().catch(() => undefined);
+    return outcome.object;
   }
 
   /**
@@ -412,6 +458,7 @@ export class WriteState {
       this.reserveDisk(source.size);
       this.filling = staged.fill(source, this.deps.blocks);
       await this.filling;
+      this.untouchedBelow = source.size;
     } catch (err) {
       this.staged = null;
       await staged.remove();

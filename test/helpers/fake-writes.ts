@@ -150,6 +150,7 @@ export function fakeWrites(gcs: FakeGcs, blockSize = 1 << 20): Writes {
   const deps = {
     client,
     names: { objectName: (p: string) => p.slice(1), dirPrefix: (p: string) => `${p.slice(1)}/` },
+    appendTempPrefix: '.gcsmount_tmp/',
     namespace,
     changes: new LocalChanges(60_000, 100_000, noop),
     renameDirLimit: 100,
