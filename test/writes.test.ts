@@ -325,6 +325,24 @@ print(os.path.getsize(os.path.join(root,ok)), ok in os.listdir(root), long in os
     expect((d.move ?? 0) + (d.copy ?? 0) + (d.delete ?? 0) + (d.patch ?? 0)).toBe(0);
   });
 
+  it('a new file renamed into a folder before its first upload goes with the folder: its old path shows nothing once made again', async () => {
+    // Found by the write differential (seed 20261210): the record of the renamed new file stayed at its
+    // old path, and a folder made there again showed it, an empty file that was never there.
+    const script = `import os,sys
+r=sys.argv[1]
+os.makedirs(r+'/nf1/s')
+fd=os.open(r+'/nf1/c', os.O_WRONLY|os.O_CREAT|os.O_TRUNC)
+os.rename(r+'/nf1/c', r+'/nf1/s/b')
+os.rename(r+'/nf1', r+'/nf2')
+os.write(fd, b'moved with it')
+os.close(fd)
+os.makedirs(r+'/nf1/s')
+print(sorted(os.listdir(r+'/nf1/s')), open(r+'/nf2/s/b').read())`;
+    expect(await py(script, m.path)).toBe('[] moved with it');
+    expect((await stored(tb, 'nf2/s/b'))?.toString()).toBe('moved with it');
+    expect(await stored(tb, 'nf1/s/b')).toBeNull();
+  });
+
   it('rename moves objects (a folder only up to --rename-dir-limit objects, EMFILE past it); an unlinked open file stays readable', async () => {
     const out = await py(
       `import os,sys

@@ -61,6 +61,15 @@ export class LocalChanges {
     this.expired(path);
   }
 
+  /** Every live change at a path below `folder` (any depth), with what it made. */
+  under(folder: string): Array<[string, Entry | null]> {
+    this.sweep();
+    const prefix = `${folder}/`;
+    const out: Array<[string, Entry | null]> = [];
+    for (const [path, c] of this.byPath) if (path.startsWith(prefix)) out.push([path, c.entry]);
+    return out;
+  }
+
   /** The changes made in the folder `folder`, by name (null: removed). */
   inFolder(folder: string): ReadonlyMap<string, Entry | null> | undefined {
     this.sweep();

@@ -285,6 +285,13 @@ export class NameChanges {
     }
     const placeholder = objects.find((o) => o.name === srcPrefix);
     if (placeholder) await deleteObject(client, srcPrefix, placeholder.generation);
+    // What this mount recorded below the folder and GCS's listing did not name (a new file renamed into
+    // it before its first upload) goes with it. Left at the old path, it showed again, an empty file that
+    // was never there, once a folder of that name was made (the write differential, seed 20261210).
+    for (const [path, entry] of this.deps.changes.under(from)) {
+      this.deps.changes.set(path, null);
+      if (entry) this.deps.changes.set(to + path.slice(from.length), entry);
+    }
     this.deps.changes.set(from, null);
     const entry: Entry = { kind: 'dir', mtimeMs: Date.now() };
     this.deps.changes.set(to, entry);
