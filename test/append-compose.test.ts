@@ -6,7 +6,7 @@ import { GcsError } from '../src/gcs/errors.js';
 import type { ObjectMeta, WritableObjectClient, WrittenObject } from '../src/gcs/object-client.js';
 import { crc32c } from '../src/crc32c.js';
 import { crc32cBase64 } from '../src/gcs/uploads.js';
-import { cleanupAll, mount, mountStats, run, startBucket, tempDir, unmount, type Mounted, type TestBucket } from './helpers/harness.js';
+import { cleanupAll, GCSMOUNT, mount, mountStats, run, startBucket, tempDir, unmount, type Mounted, type TestBucket } from './helpers/harness.js';
 import { bytes, upload } from './helpers/objects.js';
 
 const MIB = 2 ** 20;
@@ -69,6 +69,7 @@ describe('appends by compose, through a mount', () => {
     // And a second append composes onto the composed object.
     await run('sh', ['-c', `printf 'epoch 2 done\\n' >> '${m.path}/logs/run.log'`]);
     expect((await stored(tb, 'logs/run.log'))!.equals(Buffer.concat([head, Buffer.from('epoch 1 done\nepoch 2 done\n')]))).toBe(true);
+    expect((await run(GCSMOUNT, ['stats', m.path])).stdout).toMatch(/writes +uploads 2 \(appends by compose 2\) +sent 26 B/);
   });
 
   it('uploads the whole file when a byte inside the object changed, or the object is under 2 MiB', async () => {
