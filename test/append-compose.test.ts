@@ -149,8 +149,10 @@ describe('composeAppend', () => {
   it('the sweeper deletes only stale tails under its prefix, each at its listed generation', async () => {
     const now = 10 * STALE_MS;
     const listed: ObjectMeta[] = [
-      { name: '.gcsmount_tmp/old', size: 1, generation: '1', metageneration: '1', updatedMs: now - STALE_MS - 1, crc32c: null },
-      { name: '.gcsmount_tmp/young', size: 1, generation: '2', metageneration: '1', updatedMs: now - 1000, crc32c: null },
+      { name: '.gcsmount_tmp/00112233445566ff', size: 1, generation: '1', metageneration: '1', updatedMs: now - STALE_MS - 1, crc32c: null },
+      { name: '.gcsmount_tmp/8899aabbccddeeff', size: 1, generation: '2', metageneration: '1', updatedMs: now - 1000, crc32c: null },
+      // Old, under the prefix, but not a tail's name: a user's file.
+      { name: '.gcsmount_tmp/notes.txt', size: 1, generation: '3', metageneration: '1', updatedMs: now - STALE_MS - 1, crc32c: null },
     ];
     const calls: string[] = [];
     const sweeper = new AppendTempSweeper(deps({ list: async (req) => (calls.push(`list ${req.prefix}`), { objects: listed, prefixes: [], nextPageToken: null }) }, calls), () => now);

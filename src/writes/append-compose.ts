@@ -24,6 +24,12 @@ export const COMPOSE_APPEND_MAX_TAIL = 16 * 2 ** 20;
 export const TEMP_DIR = '.gcsmount_tmp/';
 /** A temporary tail older than this is one a crash left: swept. */
 export const STALE_MS = 30 * 60_000;
+/** A tail's name under the prefix: 16 hex digits, as tailName makes it (anything else there is not ours). */
+const TAIL_NAME = /^[0-9a-f]{16}$/;
+
+function tailName(prefix: string): string {
+  return `${prefix}${randomBytes(8).toString('hex')}`;
+}
 
 export interface ComposeAppendDeps {
   client: WritableObjectClient;
@@ -64,7 +70,7 @@ export async function composeAppend(deps: ComposeAppendDeps, a: ComposeAppend): 
   const want = expectedCrc(a.source, a.tail);
   if (want === null) return { fallback: true };
   const size = a.source.size + a.tail.length;
-  const tempName = `${deps.tempPrefix}${randomBytes(8).toString('hex')}`;
+  const tempName = tailName(deps.tempPrefix);
   let temp: WrittenObject;
   try {
     temp = await deps.client.uploadObject(tempName, a.tail, { ifGenerationMatch: '0', ...(a.attrs.storageClass ? { storageClass: a.attrs.storageClass } : {}) });
@@ -108,7 +114,7 @@ const SWEEP_EVERY_MS = 10 * 60_000;
  * Removes temporary tails older than STALE_MS under `tempPrefix` (a crash between a tail's upload and its
  * delete leaves one): every SWEEP_EVERY_MS, the first that long after the start (a tail left by the
  * daemon before this one is not stale before then anyway, and a start costs no listing). Only names
- * under that prefix are ever deleted, each at the generation listed.
+ * under that prefix and of a tail's form are ever deleted, each at the generation listed.
  */
 export class AppendTempSweeper {
   private readonly timer: NodeJS.Timeout;
@@ -146,7 +152,8 @@ export class AppendTempSweeper {
       const page = await this.deps.client.list({ prefix: this.deps.tempPrefix, ...(pageToken ? { pageToken } : {}) });
       for (const o of page.objects) {
         if (this.stopped) return;
-        if (!o.name.startsWith(this.deps.tempPrefix) || this.now() - o.updatedMs < STALE_MS) continue;
+        // Only a name of the form gcsmount gives its tails: a file a user keeps in a folder of that name stays.
+        if (!o.name.startsWith(this.deps.tempPrefix) || !TAIL_NAME.test(o.name.slice(this.deps.tempPrefix.length)) || this.now() - o.updatedMs < STALE_MS) continue;
         await this.deps.client.deleteObject(o.name, { ifGenerationMatch: o.generation }).then(
           () => this.deps.metrics.inc('write_temp_tails_swept'),
           (err: unknown) => this.deps.log.info({ object: o.name, err: String(err) }, 'a temporary tail could not be swept'),
