@@ -68,6 +68,17 @@ describe('ReadStream: how far ahead', () => {
     expect(s.observe(9)).toEqual({ from: 9, direction: -1, distance: 2 });
   });
 
+  it('readers starting together at the beginning (1 then 0) start a stream forward, not one backwards from 0', () => {
+    // Four readers splitting a walk: their first reads arrive in any order. A backward stream from 0
+    // fetches nothing, and took 2 x CROWD_READS forward reads to be given up.
+    const s = new ReadStream(32);
+    s.observe(1);
+    expect(s.observe(0)).toEqual({ from: 1, direction: 1, distance: 2 });
+    expect(s.observe(3)).toEqual({ from: 3, direction: 1, distance: 4 });
+    expect(s.observe(2)).toBeNull();
+    expect(s.observe(4)!.distance).toBe(8);
+  });
+
   it('a shuffled reader gets almost nothing ahead', () => {
     let seed = 7;
     const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);

@@ -73,11 +73,15 @@ export class ReadStream {
     if (delta === 0) return this.advice();
     if (this.direction === 0) {
       if (Math.abs(delta) <= NEIGHBOUR) {
-        this.direction = delta > 0 ? 1 : -1;
+        // Nothing comes before position 0: reads 1 then 0 are readers starting together at the beginning
+        // (their first reads arrive in any order), not a walk backwards, which would fetch nothing and
+        // take 2 x CROWD_READS forward reads to be given up.
+        const atStart = delta < 0 && position === 0;
+        this.direction = delta > 0 || atStart ? 1 : -1;
         this.dealt = null;
         this.behind = 0;
         this.distance = Math.min(this.maxDistance, START_DISTANCE);
-        this.last = position;
+        if (!atStart) this.last = position;
       } else if (!this.crowdStarts()) {
         this.last = position;
       }
