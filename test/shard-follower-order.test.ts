@@ -207,3 +207,74 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
     expect(started.filter((n) => n !== 'arr/c/0')).toEqual([]);
   });
 });
+
+describe('ShardFollower: the indexes of the shards ahead', () => {
+  it("asks for the next shard's index while the walk's blocks are still in this shard, so the walk never waits on it there", async () => {
+    const PER_SHARD = 48;
+    const INNER = 1000;
+    const BLOCK = 4096;
+    const { layout, shardBytes, shards } = shardedArray(4, PER_SHARD, INNER);
+    const indexBlock = Math.floor((PER_SHARD * INNER) / BLOCK);
+    const indexAsked: string[] = [];
+    const blocks = {
+      blockSize: BLOCK,
+      get: (meta: ObjectMeta, b: number) => {
+        if (b === indexBlock) indexAsked.push(meta.name);
+        const bytes = shardBytes.subarray(b * BLOCK, Math.min(shardBytes.length, (b + 1) * BLOCK));
+        return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
+      },
+      promote: () => undefined,
+      promoteRange: () => undefined,
+      cached: () => false,
+      excluded: () => false,
+      getRange: () => null,
+    } as unknown as BlockSource;
+    const started: { shard: string; block: number }[] = [];
+    const follower = followerOver(blocks, shards, (meta: ObjectMeta, wanted?: number[]) => {
+      for (const block of wanted ?? []) started.push({ shard: meta.name, block });
+      return true;
+    });
+    const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
+    follower.shardOpened(array, [0], shards[0]!);
+    // One reader through inner chunks 0-20: the stream reaches 16 ahead, so the walk's blocks go up to
+    // inner chunk 36 of shard 0's 48; shard 1's index is asked for all the same.
+    for (let p = 0; p <= 20; p++) {
+      follower.read(shards[0]!, p * INNER);
+      for (let i = 0; i < 10; i++) await new Promise((r) => setImmediate(r));
+    }
+    expect(started.length).toBeGreaterThan(0);
+    expect(started.every((s) => s.shard === 'arr/c/0')).toBe(true);
+    expect(indexAsked).toContain('arr/c/1');
+    // Not further than the walk's reach again: shard 2 starts at inner chunk 96.
+    expect(indexAsked).not.toContain('arr/c/2');
+  });
+
+  it('asks for no index ahead for a young stream (a shuffled reader\'s chance neighbours)', async () => {
+    const PER_SHARD = 48;
+    const { layout, shardBytes, shards } = shardedArray(4, PER_SHARD, 1000);
+    const indexBlock = Math.floor((PER_SHARD * 1000) / 4096);
+    const indexAsked: string[] = [];
+    const blocks = {
+      blockSize: 4096,
+      get: (meta: ObjectMeta, b: number) => {
+        if (b === indexBlock) indexAsked.push(meta.name);
+        const bytes = shardBytes.subarray(b * 4096, Math.min(shardBytes.length, (b + 1) * 4096));
+        return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
+      },
+      promote: () => undefined,
+      promoteRange: () => undefined,
+      cached: () => false,
+      excluded: () => false,
+      getRange: () => null,
+    } as unknown as BlockSource;
+    const follower = followerOver(blocks, shards, () => true);
+    const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
+    follower.shardOpened(array, [0], shards[0]!);
+    // Two neighbours near shard 0's end (a stream of distance 2: blocks up to 47, twice that reaches shard 1), then a jump.
+    for (const p of [44, 45, 3]) {
+      follower.read(shards[0]!, p * 1000);
+      for (let i = 0; i < 10; i++) await new Promise((r) => setImmediate(r));
+    }
+    expect(indexAsked.filter((n) => n !== 'arr/c/0')).toEqual([]);
+  });
+});
