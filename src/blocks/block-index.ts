@@ -99,6 +99,11 @@ export class BlockIndex {
   private readonly idleCheckpointMs: number;
   private idleCheckpoint: NodeJS.Timeout | null = null;
   private readonly stmt;
+  /**
+   * writeRows' transaction, made once: better-sqlite3's transaction() builds a new function with its
+   * variants per call, which was most of a small batch's commit (perf of a cold GiB's main thread).
+   */
+  private readonly insertRows: (rows: readonly BlockRow[]) => void;
   /** True when the previous owner did not close cleanly: its files and rows may disagree. */
   readonly wasDirty: boolean;
   /** True when no owner had it before (made just now): there was no stop, clean or not. */
@@ -114,8 +119,9 @@ export class BlockIndex {
     db.exec(SCHEMA);
     this.stmt = {
       get: db.prepare<[string], Record<string, unknown>>(`SELECT * FROM ${TABLE} WHERE key = ?`),
-      put: db.prepare(
-        `INSERT OR REPLACE INTO ${TABLE} (key, bucket, object, generation, block, size, crc32c, last_access) VALUES (@key, @bucket, @object, @generation, @block, @size, @crc32c, @lastAccess)`,
+      // Positional: binding by name looked each column up on the row object, per row.
+      put: db.prepare<[string, string, string, string, number, number, number, number]>(
+        `INSERT OR REPLACE INTO ${TABLE} (key, bucket, object, generation, block, size, crc32c, last_access) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
       ),
       delete: db.prepare<[string]>(`DELETE FROM ${TABLE} WHERE key = ?`),
       touch: db.prepare<[number, string]>(`UPDATE ${TABLE} SET last_access = ? WHERE key = ?`),
@@ -128,6 +134,9 @@ export class BlockIndex {
       setSetting: db.prepare<[string, string]>(`INSERT OR REPLACE INTO settings (k, v) VALUES (?, ?)`),
       clear: db.prepare(`DELETE FROM ${TABLE}`),
     };
+    this.insertRows = db.transaction((rows: readonly BlockRow[]) => {
+      for (const r of rows) this.writeRow(r);
+    });
     const clean = this.setting('clean');
     this.fresh = clean === undefined;
     this.wasDirty = clean === '0';
@@ -370,14 +379,12 @@ export class BlockIndex {
 
   /** One row's statement, inside writeRows' transaction. */
   private writeRow(row: BlockRow): void {
-    this.stmt.put.run(row);
+    this.stmt.put.run(row.key, row.bucket, row.object, row.generation, row.block, row.size, row.crc32c, row.lastAccess);
   }
 
   /** One transaction; the rows are remembered only once it commits (a failed one leaves no trace). */
   private writeRows(rows: readonly BlockRow[]): void {
-    this.db.transaction(() => {
-      for (const r of rows) this.writeRow(r);
-    })();
+    this.insertRows(rows);
     for (const r of rows) {
       this.pendingAccess.delete(r.key);
       this.remember(r.key, r);
