@@ -1,5 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { BlockSource } from '../src/blocks/block-source.js';
+import type { BlockData } from '../src/blocks/block-buffers.js';
 import type { DiskCache } from '../src/blocks/disk-cache.js';
 import type { FuseAddon, NativeFile } from '../src/fs/kernel.js';
 import { NativeReads } from '../src/fs/native-reads.js';
@@ -39,5 +40,51 @@ describe('registering blocks on their way to disk with the native side', () => {
     expect(reads.register({} as NativeFile, meta, 2, 4)).toBe(4);
     expect(expected).toEqual([2, 3, 4, 5]);
     expect(promoted).toEqual([2]);
+  });
+});
+
+/**
+ * A block lent to the addon that then does not reach the disk (no room, a failed write): its reads are
+ * answered from the loan until the loan ends. Told at once, the addon dropped the block, gave back every
+ * read of it after that, and the handle, holding it no longer, fetched it again.
+ */
+describe('a lent block that does not land', () => {
+  it('is told to the addon as not landed only once its loan ends, after the loan is revoked', async () => {
+    vi.useFakeTimers();
+    try {
+      const calls: string[] = [];
+      const fuse = {
+        startNativeReads: () => true,
+        nativeStats: () => new Array(16).fill(0),
+        expectBlock: () => true,
+        addBlocks: () => undefined,
+        lendBlock: () => true,
+        revokeBlock: (key: string) => calls.push(`revoke ${key}`),
+        blockLanded: (key: string, _crc: number, size: number) => calls.push(`landed ${key} ${size}`),
+      } as unknown as FuseAddon;
+      let land!: (row: null) => void;
+      const blocks = {
+        blockSize: 1024,
+        inMemory: () => false,
+        diskRow: () => null,
+        coming: (_meta: ObjectMeta, i: number) => (i === 0 ? { key: 'k0', landed: new Promise<null>((r) => (land = r)) } : null),
+        promote: () => undefined,
+      } as unknown as BlockSource;
+      const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
+      const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
+      const meta: ObjectMeta = { name: 'a/0.0', size: 1024, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+      expect(reads.register({} as NativeFile, meta, 0, 1)).toBe(1);
+      let released = 0;
+      const block = { bytes: Buffer.alloc(1024), retain() { return this; }, release: () => void released++ } as unknown as BlockData;
+      reads.lend('k0', block);
+      land(null);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(calls).toEqual([]);
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(calls).toEqual(['revoke k0', 'landed k0 0']);
+      expect(released).toBe(1);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
