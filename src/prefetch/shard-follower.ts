@@ -232,8 +232,8 @@ export class ShardFollower {
    * Asks for the indexes of the shards a walking reader reaches within `distance` positions past
    * `position` (the walk fetches blocks up to `distance` ahead of the reader, so indexes go about twice
    * as far). Without them the walk, on reaching a shard, waited a round trip for its index before asking
-   * for any of its blocks: for shards of 13 blocks read by 16 readers that was a third of a cold load
-   * (`npm run bench -- zarr-v3`). The index's block is the reader's own soon after (it holds inner chunks
+   * for any of its blocks (the emulator's request log of the zarr-v3 bench's sharded round: index, then
+   * the shard's blocks, shard after shard). The index's block is the reader's own soon after (it holds inner chunks
    * too), so a reader that stops leaves at most the index blocks of the shards within twice the distance.
    * Not for a young stream: a shuffled reader's chance neighbours must not fetch whole blocks.
    */
