@@ -208,27 +208,36 @@ describe('ShardFollower: a shard the walk reached first, then its reader', () =>
   });
 });
 
+/**
+ * A block source over `shardBytes` (every shard alike) that answers at once, no disk, and notes the
+ * shards whose index block (`perShard` inner chunks of `inner` bytes come before the index) is asked for.
+ */
+function indexWatchingBlocks(shardBytes: Buffer, perShard: number, inner: number, blockSize: number): { blocks: BlockSource; indexAsked: string[] } {
+  const indexBlock = Math.floor((perShard * inner) / blockSize);
+  const indexAsked: string[] = [];
+  const blocks = {
+    blockSize,
+    get: (meta: ObjectMeta, b: number) => {
+      if (b === indexBlock) indexAsked.push(meta.name);
+      const bytes = shardBytes.subarray(b * blockSize, Math.min(shardBytes.length, (b + 1) * blockSize));
+      return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
+    },
+    promote: () => undefined,
+    promoteRange: () => undefined,
+    cached: () => false,
+    excluded: () => false,
+    getRange: () => null,
+  } as unknown as BlockSource;
+  return { blocks, indexAsked };
+}
+
 describe('ShardFollower: the indexes of the shards ahead', () => {
   it("asks for the next shard's index while the walk's blocks are still in this shard, so the walk never waits on it there", async () => {
     const PER_SHARD = 48;
     const INNER = 1000;
     const BLOCK = 4096;
     const { layout, shardBytes, shards } = shardedArray(4, PER_SHARD, INNER);
-    const indexBlock = Math.floor((PER_SHARD * INNER) / BLOCK);
-    const indexAsked: string[] = [];
-    const blocks = {
-      blockSize: BLOCK,
-      get: (meta: ObjectMeta, b: number) => {
-        if (b === indexBlock) indexAsked.push(meta.name);
-        const bytes = shardBytes.subarray(b * BLOCK, Math.min(shardBytes.length, (b + 1) * BLOCK));
-        return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
-      },
-      promote: () => undefined,
-      promoteRange: () => undefined,
-      cached: () => false,
-      excluded: () => false,
-      getRange: () => null,
-    } as unknown as BlockSource;
+    const { blocks, indexAsked } = indexWatchingBlocks(shardBytes, PER_SHARD, INNER, BLOCK);
     const started: { shard: string; block: number }[] = [];
     const follower = followerOver(blocks, shards, (meta: ObjectMeta, wanted?: number[]) => {
       for (const block of wanted ?? []) started.push({ shard: meta.name, block });
@@ -252,21 +261,7 @@ describe('ShardFollower: the indexes of the shards ahead', () => {
   it('asks for no index ahead for a young stream (a shuffled reader\'s chance neighbours)', async () => {
     const PER_SHARD = 48;
     const { layout, shardBytes, shards } = shardedArray(4, PER_SHARD, 1000);
-    const indexBlock = Math.floor((PER_SHARD * 1000) / 4096);
-    const indexAsked: string[] = [];
-    const blocks = {
-      blockSize: 4096,
-      get: (meta: ObjectMeta, b: number) => {
-        if (b === indexBlock) indexAsked.push(meta.name);
-        const bytes = shardBytes.subarray(b * 4096, Math.min(shardBytes.length, (b + 1) * 4096));
-        return Promise.resolve({ bytes, release: () => undefined, retain() { return this; } });
-      },
-      promote: () => undefined,
-      promoteRange: () => undefined,
-      cached: () => false,
-      excluded: () => false,
-      getRange: () => null,
-    } as unknown as BlockSource;
+    const { blocks, indexAsked } = indexWatchingBlocks(shardBytes, PER_SHARD, 1000, 4096);
     const follower = followerOver(blocks, shards, () => true);
     const array = ShardFollower.array('/arr', layout, layout.sharding!, 16);
     follower.shardOpened(array, [0], shards[0]!);
