@@ -191,7 +191,7 @@ describe('the parameter table', () => {
       // gcsmount's own default (gcsfuse: 0): a silent GCS is cut after a minute, not undici's 300 s.
       'http-client-timeout': ['gcs-connection.http-client-timeout', 60_000],
       // gcsmount's own default (gcsfuse: 200): here it caps readahead held in memory per open file.
-      'sequential-read-size-mb': ['gcs-connection.sequential-read-size-mb', 64],
+      'sequential-read-size-mb': ['gcs-connection.sequential-read-size-mb', 128],
       'max-retry-sleep': ['gcs-retries.max-retry-sleep', 30_000],
       'max-retry-attempts': ['gcs-retries.max-retry-attempts', 0],
       'retry-multiplier': ['gcs-retries.multiplier', 2],

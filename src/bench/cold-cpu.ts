@@ -1,16 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_DOWNLOAD_WORKERS } from '../cli/params.js';
+import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS } from '../cli/params.js';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
 import { benchBucket, catToNull, cleanup, cpuSplit, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
-/** gcsmount's defaults, which the floor's download copies: 4 MiB blocks, 16 range GETs at a time. */
+/** gcsmount's defaults, which the floor's download copies: 4 MiB blocks, as many range GETs at a time. */
 const BLOCK = 4 * MIB;
-const STREAMS = 16;
+const STREAMS = DEFAULT_MAX_PARALLEL_DOWNLOADS;
 const DEFAULT_LAYER = `this build (default: --download-workers ${DEFAULT_DOWNLOAD_WORKERS})`;
 
 async function loadAverage(): Promise<string> {
@@ -175,7 +175,7 @@ export async function coldCpuScenario(): Promise<string> {
     );
   } else if (floorNote) floorRows.push('', floorNote);
   return [
-    `Emulator: 50 ms to first byte, 50 MiB/s per response; gcsmount defaults (4 MiB blocks, 16 range GETs); \`cat\` of a 1 GiB object. ${ROUNDS} rounds, builds in turn within each. Load average before ${loadBefore}, after ${loadAfter}.`,
+    `Emulator: 50 ms to first byte, 50 MiB/s per response; gcsmount defaults (4 MiB blocks, ${STREAMS} range GETs); \`cat\` of a 1 GiB object. ${ROUNDS} rounds, builds in turn within each. Load average before ${loadBefore}, after ${loadAfter}.`,
     `Page cache ${dropped ? 'dropped before each measured read, gcsmount\'s and the floor\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): figures include the host\'s faults on fresh memory'}.`,
     '',
     '| build | --cache-dir | daemon CPU s, first GiB of a fresh daemon (median) | range | user / sys (median) | of it the main thread (median; 1 / it: the one-mount ceiling) | MiB/s (median) | CPU s, a second GiB on the same mount (median) | range |',

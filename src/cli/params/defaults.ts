@@ -2,8 +2,15 @@
 
 import { availableParallelism, totalmem } from 'node:os';
 
-/** gcsfuse's DefaultMaxParallelDownloads(): max(16, 2 x CPUs). */
-export const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(16, 2 * availableParallelism());
+/**
+ * Range GETs in flight across the mount: max(32, 2 x CPUs). gcsfuse's DefaultMaxParallelDownloads() is
+ * max(16, 2 x CPUs) of 200 MiB chunk downloads, each one round trip; gcsmount's are 4 MiB blocks, each
+ * paying its own round trip, so the same bytes on the wire need more of them at once. At 50 ms and
+ * 50 MiB/s per response a lone `cat` of a cold GiB read 370-402 MiB/s with 16 (the window of 16 blocks
+ * never full: each GET spends 50 of its 130 ms waiting) and 500-633 with 32 (bench/RESULTS.md,
+ * 2026-12-02, session 13); Zarr rounds and many small files were unchanged.
+ */
+export const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(32, 2 * availableParallelism());
 
 /**
  * Half the CPUs, at most 8 (a worker receives well over 1 GiB/s; the main thread's serial work is the cap
