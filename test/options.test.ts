@@ -192,6 +192,8 @@ describe('the parameter table', () => {
       'http-client-timeout': ['gcs-connection.http-client-timeout', 60_000],
       // gcsmount's own default (gcsfuse: 200): here it caps readahead held in memory per open file.
       'sequential-read-size-mb': ['gcs-connection.sequential-read-size-mb', 128],
+      // gcsmount's own default (gcsfuse: 16 downloads of 200 MiB chunks): each of its GETs is one block.
+      'file-cache-parallel-downloads-per-file': ['file-cache.parallel-downloads-per-file', 32],
       'max-retry-sleep': ['gcs-retries.max-retry-sleep', 30_000],
       'max-retry-attempts': ['gcs-retries.max-retry-attempts', 0],
       'retry-multiplier': ['gcs-retries.multiplier', 2],

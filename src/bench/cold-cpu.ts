@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS } from '../cli/params.js';
+import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_RANGE_GETS_PER_READER } from '../cli/params.js';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
 import { benchBucket, catToNull, cleanup, cpuSplit, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
@@ -10,7 +10,7 @@ const MIB = 1024 * 1024;
 const ROUNDS = 3;
 /** gcsmount's defaults, which the floor's download copies: 4 MiB blocks, as many range GETs at a time. */
 const BLOCK = 4 * MIB;
-const STREAMS = DEFAULT_MAX_PARALLEL_DOWNLOADS;
+const STREAMS = DEFAULT_RANGE_GETS_PER_READER;
 const DEFAULT_LAYER = `this build (default: --download-workers ${DEFAULT_DOWNLOAD_WORKERS})`;
 
 async function loadAverage(): Promise<string> {

@@ -1,13 +1,13 @@
 import { promises as fsp } from 'node:fs';
-import { DEFAULT_MAX_PARALLEL_DOWNLOADS } from '../cli/params.js';
 import { join } from 'node:path';
+import { DEFAULT_RANGE_GETS_PER_READER } from '../cli/params.js';
 import {
   benchBucket, catToNull, cleanup, cpuSeconds, curlBytes, curlRangesConfig, daemonPid, dropPageCache, median, mountBench, peakRssMiB, primeHashes, rangeBytes, sh, timed, type BenchBucket,
   type CurlRange,
 } from './harness.js';
 
 const MIB = 1024 * 1024;
-/** gcsmount's default block size (range GETs in flight: DEFAULT_MAX_PARALLEL_DOWNLOADS, max(32, 2 x CPUs)). */
+/** gcsmount's default block size (range GETs in flight for one reader: DEFAULT_RANGE_GETS_PER_READER). */
 const BLOCK = 4 * MIB;
 const LATENCY_MS = 50;
 const BANDWIDTH = 50 * MIB; // per response, like one GCS stream
@@ -106,8 +106,8 @@ export async function dataPathScenario(): Promise<string> {
       catBig,
       { diskCache: false },
     );
-    // The defaults above keep max(32, 2 x CPUs) range GETs in flight; this row lets gcsmount have the
-    // ceiling's best stream count, to tell its parallelism from its CPU cost as the limit.
+    // The defaults above keep DEFAULT_RANGE_GETS_PER_READER range GETs in flight for one reader; this row
+    // lets gcsmount have the ceiling's best stream count, to tell its parallelism from its CPU cost as the limit.
     await measure(
       'the same as the first, with 64 range GETs in flight (`--file-cache-max-parallel-downloads 64 --file-cache-parallel-downloads-per-file 64 --sequential-read-size-mb 256 --read-global-max-blocks 80`)',
       blocks,
@@ -141,7 +141,7 @@ with ThreadPoolExecutor(8) as ex:
   }
   const mbps = (bytes: number, s: number) => (bytes / MIB / s).toFixed(0);
   return [
-    `Emulator in its own process: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. Ceiling: curl downloading the same byte ranges (4 MiB range GETs for the 1 GiB object, whole files, 64 KiB ranges) to /dev/null at ${STREAM_SWEEP.join(', ')} streams, the fastest; in brackets, the stream counts that were fastest. gcsmount defaults (4 MiB blocks, ${DEFAULT_MAX_PARALLEL_DOWNLOADS} range GETs in flight), a fresh --cache-dir per run unless stated. ${ROUNDS} runs per scenario, ceiling and mount in turn; medians, and the range of the per-run ratios. Page cache ${pageCacheDropped ? 'dropped before each read, the ceiling\'s and the mount\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): CPU figures include the host\'s faults on fresh memory'}.`,
+    `Emulator in its own process: ${LATENCY_MS} ms to first byte, ${BANDWIDTH / MIB} MiB/s per response. Ceiling: curl downloading the same byte ranges (4 MiB range GETs for the 1 GiB object, whole files, 64 KiB ranges) to /dev/null at ${STREAM_SWEEP.join(', ')} streams, the fastest; in brackets, the stream counts that were fastest. gcsmount defaults (4 MiB blocks, ${DEFAULT_RANGE_GETS_PER_READER} range GETs in flight for one reader), a fresh --cache-dir per run unless stated. ${ROUNDS} runs per scenario, ceiling and mount in turn; medians, and the range of the per-run ratios. Page cache ${pageCacheDropped ? 'dropped before each read, the ceiling\'s and the mount\'s (see dropPageCache in src/bench/harness.ts)' : 'not dropped (not root): CPU figures include the host\'s faults on fresh memory'}.`,
     '',
     '| scenario | ceiling (curl, no FUSE) | gcsmount cold | ratio (median) | ratio (range) | media requests | daemon peak RSS | daemon CPU s per GiB (median) |',
     '|---|---|---|---|---|---|---|---|',
@@ -151,7 +151,7 @@ with ThreadPoolExecutor(8) as ex:
       return `| ${r.scenario} | ${mbps(r.bytes, median(r.rounds.map((x) => x.ceilingS)))} MiB/s (${streams}) | ${mbps(r.bytes, median(r.rounds.map((x) => x.mountS)))} MiB/s | ${median(ratios).toFixed(2)} | ${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)} | ${median(r.rounds.map((x) => x.media))} | ${Math.max(...r.rounds.map((x) => x.rss)).toFixed(0)} MiB | ${median(r.rounds.map((x) => x.cpu / (r.bytes / 2 ** 30))).toFixed(2)} |`;
     }),
     '',
-    `The ceiling at each stream count (curl, medians of the rounds): gcsmount reads with ${DEFAULT_MAX_PARALLEL_DOWNLOADS} range GETs in flight by default (max(32, 2 x CPUs)).`,
+    `The ceiling at each stream count (curl, medians of the rounds): gcsmount reads one file with ${DEFAULT_RANGE_GETS_PER_READER} range GETs in flight by default (--file-cache-parallel-downloads-per-file within --file-cache-max-parallel-downloads).`,
     '',
     `| scenario | ${STREAM_SWEEP.map((n) => `${n} streams`).join(' | ')} |`,
     `|---|${STREAM_SWEEP.map(() => '---|').join('')}`,

@@ -22,7 +22,7 @@ import { PERMISSION_PARAMS } from './params/permissions.js';
 import { WRITE_PARAMS } from './params/writes.js';
 
 export type { Param, ParamEffect, ParamGroup, ParamType } from './params/param.js';
-export { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS, DEFAULT_MEMORY_LIMIT_MB } from './params/defaults.js';
+export { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RANGE_GETS_PER_READER } from './params/defaults.js';
 
 /** In this order in the docs' table; `--help` shows them by group (GROUPS). */
 export const PARAMS = [

@@ -12,6 +12,12 @@ import { availableParallelism, totalmem } from 'node:os';
  */
 export const DEFAULT_MAX_PARALLEL_DOWNLOADS = Math.max(32, 2 * availableParallelism());
 
+/** Range GETs in flight for one object: 32 (gcsfuse: 16 downloads of 200 MiB chunks), for the same reason. */
+export const DEFAULT_PARALLEL_DOWNLOADS_PER_FILE = 32;
+
+/** What one sequential reader gets by default: the per-object limit within the mount's. */
+export const DEFAULT_RANGE_GETS_PER_READER = Math.min(DEFAULT_MAX_PARALLEL_DOWNLOADS, DEFAULT_PARALLEL_DOWNLOADS_PER_FILE);
+
 /**
  * Half the CPUs, at most 8 (a worker receives well over 1 GiB/s; the main thread's serial work is the cap
  * past that), and none on a 1-CPU machine, where a second thread would only take turns with the first.

@@ -1,7 +1,7 @@
 // Downloads: parallel range reads, workers, memory, readahead and prefetch.
 
 import type { Param } from './param.js';
-import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS, DEFAULT_MEMORY_LIMIT_MB } from './defaults.js';
+import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_MAX_PARALLEL_DOWNLOADS, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_PARALLEL_DOWNLOADS_PER_FILE } from './defaults.js';
 
 export const DOWNLOAD_PARAMS = [
   {
@@ -40,8 +40,7 @@ export const DOWNLOAD_PARAMS = [
     flag: 'file-cache-parallel-downloads-per-file',
     configKey: 'file-cache.parallel-downloads-per-file',
     type: 'int',
-    // 32 (gcsfuse: 16 downloads of 200 MiB chunks): see DEFAULT_MAX_PARALLEL_DOWNLOADS.
-    default: 32,
+    default: DEFAULT_PARALLEL_DOWNLOADS_PER_FILE,
     help: 'Range GETs in flight for one object (with parallel downloads enabled); gcsmount defaults to 32 (gcsfuse: 16) because each is one block (--block-size-mb), not a 200 MiB chunk, and pays its own round trip',
     group: 'Downloads',
     effect: 'effective',
