@@ -43,6 +43,16 @@ function askedName(e: RequestLogEntry): string | null {
   return e.list.prefix !== '' && !e.list.prefix.endsWith('/') ? e.list.prefix : null;
 }
 
+/**
+ * The folder a lookup of a missing name lists again whole: when the folder's listing is small, a "no
+ * such name" older than the negative TTL is refreshed by listing the folder flat from its start (one
+ * page, that answers the folder's other names too) rather than from the name. Null for anything else.
+ */
+function relistedFolder(e: RequestLogEntry): string | null {
+  if (!e.list || e.list.token || e.list.delimiter !== null || e.list.startOffset !== null) return null;
+  return e.list.prefix.endsWith('/') ? e.list.prefix : null;
+}
+
 interface ReaderResult {
   ok: boolean;
   checks: number;
@@ -182,10 +192,15 @@ describe('Zarr stores read by xarray through the mount', () => {
     const others: string[] = [];
     for (const e of warm.log) {
       const name = askedName(e);
+      const folder = relistedFolder(e);
       if (name !== null && !existsSync(join(tb.root, tb.bucket, name))) asked.set(name, [...(asked.get(name) ?? []), e.startMs]);
+      else if (folder !== null) asked.set(folder, [...(asked.get(folder) ?? []), e.startMs]);
       else others.push(`${e.kind} ${JSON.stringify(e.list ?? e.object)}`);
     }
-    // A few listings besides (a listing that expired), never a name that exists.
+    // A few listings besides (a listing that expired), never a name that exists. A whole folder listed
+    // again is a lookup of one of its missing names (every name that exists is held for the metadata
+    // TTL): CI once saw 4 on a round slowed past the negative TTL, so those are held to the same
+    // spacing as the names below, not counted here.
     expect(others.length, others.join('\n')).toBeLessThanOrEqual(3);
     for (const [name, starts] of asked) {
       // Arrivals: the window opens when the daemon sends the request, a little before it arrives.
