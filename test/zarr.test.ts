@@ -219,7 +219,8 @@ describe('Zarr stores read by xarray through the mount', () => {
     await unmount(path);
 
     m = await mount({ tb, foreground: true, mountPoint: path, args: ['--cache-dir', cacheDir] });
-    const restarted = await round('restarted', join(m.path, PREFIX));
+    // Two readers: what is asked of GCS after a restart does not depend on how many read (8 cost 14 s).
+    const restarted = await round('restarted', join(m.path, PREFIX), 2);
     // Measured: 0 media requests (every block from the disk cache) and 1 list request (the new
     // daemon's metadata caches start empty).
     expect(restarted.media).toBe(0);
