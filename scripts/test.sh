@@ -19,6 +19,6 @@ remove_run_tmp() {
 trap remove_run_tmp EXIT
 free_mib=$(df -m --output=avail "$run_tmp" | tail -1 | tr -d ' ')
 echo "test: temporary files in $run_tmp (${free_mib} MiB free)"
-# The suite holds up to about 1 GiB there at once (measured: 0.8 GiB); less free space fails tests with ENOSPC.
+# The suite holds up to about 1 GiB there at once (measured: 0.9 GiB, two files at a time); less free space fails tests with ENOSPC.
 [ "$free_mib" -ge 1536 ] || echo "test: WARNING: only ${free_mib} MiB free in $run_tmp; tests may fail with ENOSPC (no space left on device)" >&2
 TMPDIR="$run_tmp" npx vitest run "$@"
