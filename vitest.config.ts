@@ -55,14 +55,13 @@ class LongestFirst extends BaseSequencer {
 // machine (2026-12-03): the suite took 943 s one file at a time and 574 s two at a time, so the rest
 // run two at a time first; a cold mount on a loaded machine gets room in the timeouts.
 const common = { testTimeout: 60_000, hookTimeout: 60_000, teardownTimeout: 30_000 };
-const sequencer = LongestFirst;
 
 export default defineConfig({
   test: {
     reporters: ['default'],
     projects: [
-      { test: { ...common, name: 'shared', include: ['test/**/*.test.ts'], exclude: ALONE, maxWorkers: 2, sequence: { groupOrder: 0, sequencer } } },
-      { test: { ...common, name: 'alone', include: ALONE, fileParallelism: false, sequence: { groupOrder: 1, sequencer } } },
+      { test: { ...common, name: 'shared', include: ['test/**/*.test.ts'], exclude: ALONE, maxWorkers: 2, sequence: { groupOrder: 0, sequencer: LongestFirst } } },
+      { test: { ...common, name: 'alone', include: ALONE, fileParallelism: false, sequence: { groupOrder: 1 } } },
     ],
   },
 });
