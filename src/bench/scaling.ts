@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { benchBucket, cleanup, cpuSplit, daemonPid, dropPageCache, median, mountBench, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, cpuSplit, daemonPid, dropPageCache, median, mountBench, primeHashes, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = Number(process.env.GCSMOUNT_BENCH_ROUNDS ?? 2);
@@ -90,6 +90,8 @@ export async function scalingScenario(): Promise<string> {
     await sh('dd', ['if=/dev/urandom', `of=${join(dir, 'big.bin')}`, 'bs=1M', 'count=1024', 'status=none']);
     await fsp.mkdir(join(dir, 'chunks'));
     for (let i = 0; i < FILES; i++) await fsp.writeFile(join(dir, 'chunks', `c${i}`), randomBytes(MIB));
+    // GCS keeps each object's hashes; the emulator computes them when it first describes an object.
+    await primeHashes(b);
     for (let r = 0; r < ROUNDS; r++) {
       for (const cores of CORES) {
         for (const w of WORKERS) {
