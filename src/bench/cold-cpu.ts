@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_DOWNLOAD_WORKERS, DEFAULT_RANGE_GETS_PER_READER } from '../cli/params.js';
 import { crc32c } from '../crc32c.js';
 import { buildCServer, startServer } from './fuse-ceiling.js';
-import { benchBucket, catToNull, cleanup, cpuSplit, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, primeHashes, sh, threadCpuSeconds, timed, type BenchBucket } from './harness.js';
+import { benchBucket, catToNull, cleanup, cpuSplit, curlBytes, curlRangesConfig, daemonPid, dropPageCache, GCSMOUNT, median, mountBench, primeHashes, sh, threadCpuSeconds, threadSwitches, timed, type BenchBucket } from './harness.js';
 
 const MIB = 1024 * 1024;
 const ROUNDS = 3;
@@ -203,7 +203,7 @@ async function perFileCpu(b: BenchBucket, layers: [string, string, string[]][]):
   for (let i = 0; i < FILES; i++) await fsp.writeFile(join(dir, `c${i}`), randomBytes(MIB));
   await primeHashes(b);
   await b.emulator.setKnobs({ latencyMs: 0, bandwidthBytesPerSec: 0 });
-  const got = new Map<string, { main: number; total: number; perSec: number }[]>();
+  const got = new Map<string, { main: number; total: number; perSec: number; switches: number }[]>();
   for (let r = 0; r < ROUNDS; r++) {
     for (const [layer, bin, extra] of layers) {
       const m = await mountBench(b, ['--cache-dir', join(b.dir, `files-${layer.replace(/\W/g, '')}-${r}`), ...extra], bin);
@@ -211,13 +211,13 @@ async function perFileCpu(b: BenchBucket, layers: [string, string, string[]][]):
       if (!pid) throw new Error('cannot find the daemon');
       await sh('ls', [join(m.path, 'chunks')]);
       await dropPageCache();
-      const [main0, c0] = [await threadCpuSeconds(pid), await cpuSplit(pid)];
+      const [main0, c0, s0] = [await threadCpuSeconds(pid), await cpuSplit(pid), await threadSwitches(pid)];
       const t = await timed(() => sh('sh', ['-c', `cd ${join(m.path, 'chunks')} && ls | xargs -P${READERS} -I{} cat {} > /dev/null`]));
       if (t.result.code !== 0) throw new Error(`readers failed: ${t.result.stderr}`);
-      const [main1, c1] = [await threadCpuSeconds(pid), await cpuSplit(pid)];
+      const [main1, c1, s1] = [await threadCpuSeconds(pid), await cpuSplit(pid), await threadSwitches(pid)];
       await m.unmount();
       if (!got.has(layer)) got.set(layer, []);
-      got.get(layer)!.push({ main: main1 - main0, total: c1.user + c1.sys - c0.user - c0.sys, perSec: FILES / t.seconds });
+      got.get(layer)!.push({ main: main1 - main0, total: c1.user + c1.sys - c0.user - c0.sys, perSec: FILES / t.seconds, switches: (s1 - s0) / FILES });
     }
   }
   const f = (x: number) => x.toFixed(2);
@@ -225,11 +225,11 @@ async function perFileCpu(b: BenchBucket, layers: [string, string, string[]][]):
     '',
     `Per-file costs: ${FILES} cold 1 MiB files read whole by ${READERS} readers at once (\`ls | xargs -P${READERS} -I{} cat {}\`), emulator without latency, a fresh mount and cache dir, the folder listed first; ${ROUNDS} rounds:`,
     '',
-    '| build | main thread CPU s per 1,000 files (median) | range | 1 / it: files/s one mount can reach | daemon CPU s per 1,000 files | files/s here |',
-    '|---|---|---|---|---|---|',
+    '| build | main thread CPU s per 1,000 files (median) | range | 1 / it: files/s one mount can reach | main thread switched out, per file | daemon CPU s per 1,000 files | files/s here |',
+    '|---|---|---|---|---|---|---|',
     ...[...got.entries()].map(([layer, xs]) => {
       const main = xs.map((x) => x.main);
-      return `| ${layer} | ${f(median(main))} | ${f(Math.min(...main))}-${f(Math.max(...main))} | ${(FILES / median(main)).toFixed(0)} | ${f(median(xs.map((x) => x.total)))} | ${median(xs.map((x) => x.perSec)).toFixed(0)} |`;
+      return `| ${layer} | ${f(median(main))} | ${f(Math.min(...main))}-${f(Math.max(...main))} | ${(FILES / median(main)).toFixed(0)} | ${f(median(xs.map((x) => x.switches)))} | ${f(median(xs.map((x) => x.total)))} | ${median(xs.map((x) => x.perSec)).toFixed(0)} |`;
     }),
   ];
 }

@@ -221,6 +221,16 @@ export async function threadCpuSeconds(pid: number, tid = pid): Promise<number> 
   return statCpuSeconds(`/proc/${pid}/task/${tid}/stat`);
 }
 
+/**
+ * Times a thread was switched out so far (voluntary and not, from /proc's status): a thread woken for
+ * each event pays a switch each time, which a busy one does not.
+ */
+export async function threadSwitches(pid: number, tid = pid): Promise<number> {
+  const status = await fsp.readFile(`/proc/${pid}/task/${tid}/status`, 'utf8');
+  const count = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+  return count('voluntary_ctxt_switches') + count('nonvoluntary_ctxt_switches');
+}
+
 async function statCpuSeconds(statFile: string): Promise<number> {
   const { user, sys } = await statCpuSplit(statFile);
   return user + sys;
