@@ -227,7 +227,12 @@ export async function threadCpuSeconds(pid: number, tid = pid): Promise<number> 
  */
 export async function threadSwitches(pid: number, tid = pid): Promise<number> {
   const status = await fsp.readFile(`/proc/${pid}/task/${tid}/status`, 'utf8');
-  const count = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+  const count = (name: string) => {
+    const m = new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status);
+    // A figure left out of the table beats a NaN in it that reads like a measurement.
+    if (!m) throw new Error(`/proc/${pid}/task/${tid}/status has no ${name}`);
+    return Number(m[1]);
+  };
   return count('voluntary_ctxt_switches') + count('nonvoluntary_ctxt_switches');
 }
 
