@@ -75,8 +75,10 @@ void br_landed(const char *key, uint32_t crc, uint32_t len);
 // checked) before the file is on disk: when reads expect that block (br_file_expect), the reads waiting
 // for it, and those after, are answered from that memory, no copy made, until br_revoke(key). Takes a
 // slot that holds nothing or a block a read has used. 1 when lent: the memory must then stay as it is
-// until br_revoke(key) returns.
-int br_lend(const char *key, const void *bytes, uint32_t len);
+// until br_revoke(key) returns. `landed`: the block is on disk already, registered with its CRC32C, and
+// these are the bytes its CRC32C was taken of (a handle's readahead still holds them): lent whether or
+// not a read expects it, so its reads are not answered from the file read back and checked again.
+int br_lend(const char *key, const void *bytes, uint32_t len, int landed);
 // Ends the loan of block file `key` (nothing when none): waits for the replies being sent from it, and
 // no read uses the memory afterwards (a read of the block still on its way goes back to JavaScript).
 void br_revoke(const char *key);

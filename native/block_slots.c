@@ -290,12 +290,13 @@ int br_in_memory_locked(const char *key) {
   return s && s->state == READY;
 }
 
-int br_lend(const char *key, const void *bytes, uint32_t len) {
+int br_lend(const char *key, const void *bytes, uint32_t len, int landed) {
   if (strlen(key) != BR_KEY_LEN || len == 0) return 0;
   pthread_mutex_lock(&br_lock);
-  // Only for reads that wait for the block, and once: a slot holding nothing, or a block a read has used.
+  // Only for reads that wait for the block (or will read it: landed), and once: a slot holding nothing,
+  // or a block a read has used.
   struct slot *s = NULL;
-  if (eng.ready && len <= eng.block_size && br_expecting_locked(key) && !find_slot(key)) {
+  if (eng.ready && len <= eng.block_size && (landed || br_expecting_locked(key)) && !find_slot(key)) {
     for (unsigned i = 0; i < eng.nslots; i++) {
       struct slot *c = &eng.slots[i];
       if (c->refs > 0 || c->lent || c->state == LOADING) continue;
@@ -320,7 +321,7 @@ int br_lend(const char *key, const void *bytes, uint32_t len) {
   s->served = 0;
   s->len = len;
   s->used_ns = br_now_ns();
-  br_count(BR_LENT, 1);
+  if (!landed) br_count(BR_LENT, 1);
   br_lent_locked(key);
   pthread_mutex_unlock(&br_lock);
   return 1;

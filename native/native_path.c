@@ -134,12 +134,13 @@ static napi_value block_landed(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// lendBlock(key, bytes): lends the whole, checked bytes of block file `key` (a Buffer) before the file is
-// on disk, when reads expect the block: they are answered from that memory (br_lend). True when lent: the
-// memory must stay as it is until revokeBlock(key).
+// lendBlock(key, bytes, landed): lends the whole, checked bytes of block file `key` (a Buffer) before the
+// file is on disk, when reads expect the block, or (`landed` true) after, the bytes its registered CRC32C
+// was taken of: they are answered from that memory (br_lend). True when lent: the memory must stay as it
+// is until revokeBlock(key).
 static napi_value lend_block(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  args_of(env, info, 2, argv);
+  napi_value argv[3];
+  args_of(env, info, 3, argv);
   char key[BR_KEY_LEN + 2];
   if (!key_arg(env, argv[0], key)) return NULL;
   void *data = NULL;
@@ -148,8 +149,11 @@ static napi_value lend_block(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "gcsmount_fuse: lendBlock wants a key and a Buffer");
     return NULL;
   }
+  bool landed = false;
+  napi_valuetype t;
+  if (napi_typeof(env, argv[2], &t) == napi_ok && t == napi_boolean) napi_get_value_bool(env, argv[2], &landed);
   napi_value out;
-  napi_get_boolean(env, br_lend(key, data, (uint32_t)len), &out);
+  napi_get_boolean(env, br_lend(key, data, (uint32_t)len, landed ? 1 : 0), &out);
   return out;
 }
 

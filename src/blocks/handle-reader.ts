@@ -180,6 +180,15 @@ export class HandleReader {
   }
 
   /**
+   * Block `index`'s bytes when this handle holds them (fetched, not yet let go of), else null: the
+   * native path is lent them rather than reading the block's file back. The caller retains its own
+   * reference before this handle may drop its own.
+   */
+  heldBlock(index: number): BlockData | null {
+    return this.held.get(index)?.value ?? null;
+  }
+
+  /**
    * Reads up to `end` were answered without this reader (the native path, from blocks on disk or on their
    * way there): the next read there continues the sequential run rather than counting as a seek. `from`:
    * the read handed off was of blocks this handle fetches; it moves the readahead window as a read of its

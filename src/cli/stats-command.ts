@@ -96,7 +96,7 @@ function nativeLine(r: StatsReport): string {
   const c = r.counters;
   // Its counters always exist (0); its buffers' gauge only once the native path runs.
   if (r.gauges.native_block_buffers === undefined) return '  native reads  off (no --cache-dir, or the addon could not start them: reads of cached blocks go through JavaScript)';
-  return `  native reads  answered ${formatCount(c.native_reads ?? 0)} (${formatBytes(c.native_read_bytes ?? 0)})   waited for a block on its way ${formatCount(c.native_reads_waited ?? 0)} (blocks lent from their download ${formatCount(c.native_blocks_lent ?? 0)})   given back to JavaScript ${formatCount(c.native_fallbacks ?? 0)}   block files read ${formatCount(c.native_block_loads ?? 0)}`;
+  return `  native reads  answered ${formatCount(c.native_reads ?? 0)} (${formatBytes(c.native_read_bytes ?? 0)})   waited for a block on its way ${formatCount(c.native_reads_waited ?? 0)} (blocks lent from their download ${formatCount(c.native_blocks_lent ?? 0)}, from readahead ${formatCount(c.native_landed_lent ?? 0)})   given back to JavaScript ${formatCount(c.native_fallbacks ?? 0)}   block files read ${formatCount(c.native_block_loads ?? 0)}`;
 }
 
 async function collect(a: StatsArgs): Promise<StatsReport[]> {

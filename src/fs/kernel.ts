@@ -179,10 +179,11 @@ export interface FuseAddon {
   blockLanded(key: string, crc: number, length: number): void;
   /**
    * Lends `bytes`, the whole and checked block file `key` on its way to disk, when reads in the addon
-   * expect it: they are answered from this memory. True when lent: `bytes` must then stay unchanged
-   * until revokeBlock(key) returns.
+   * expect it: they are answered from this memory. `landed`: the block is on disk and registered, and
+   * `bytes` are what its CRC32C was taken of; lent whether or not a read waits for it. True when lent:
+   * `bytes` must then stay unchanged until revokeBlock(key) returns.
    */
-  lendBlock(key: string, bytes: Buffer): boolean;
+  lendBlock(key: string, bytes: Buffer, landed?: boolean): boolean;
   /** Ends a loan: waits for the replies being sent from it; nothing reads the memory afterwards. */
   revokeBlock(key: string): void;
   /**

@@ -116,15 +116,19 @@ export class NativeReads {
    * until it lands: a prefetched chunk file is often opened while it downloads, a sequential reader reads
    * what its handle fetched ahead); returns how many.
    */
-  register(file: NativeFile, meta: ObjectMeta, first: number, max = WINDOW_BLOCKS): number {
+  register(file: NativeFile, meta: ObjectMeta, first: number, max = WINDOW_BLOCKS, held?: (index: number) => BlockData | null): number {
     const bs = this.blocks.blockSize;
     // Blocks land in any order: a run on disk is registered in one call, each block on its way on its own.
     let keys: string[] = [];
     let crcs: number[] = [];
+    // Of those on disk, the ones whose bytes the reader's handle still holds (its readahead), in order.
+    let inMemory: [string, BlockData][] = [];
     const flush = (end: number): void => {
       if (keys.length > 0) this.fuse.addBlocks(file, end - keys.length, keys, crcs);
       keys = [];
       crcs = [];
+      this.lendLanded(inMemory);
+      inMemory = [];
     };
     let i = first;
     for (; i < first + max && i * bs < meta.size; i++) {
@@ -137,6 +141,8 @@ export class NativeReads {
       if (row) {
         keys.push(row.key);
         crcs.push(row.crc32c);
+        const data = held?.(i);
+        if (data && data.bytes.length === row.size) inMemory.push([row.key, data]);
         continue;
       }
       flush(i);
@@ -146,6 +152,10 @@ export class NativeReads {
       // its download must not wait behind the mount's other downloads as the guess it may have been.
       if (i === first) this.blocks.promote(meta, i);
       this.tellLanding(coming.key, coming.landed);
+      // Downloaded and being written (its lend at download came before any read expected it): lent now,
+      // or its reads would wait for the file and read it back.
+      const data = held?.(i);
+      if (data && data.bytes.length === Math.min(meta.size, (i + 1) * bs) - i * bs) this.lend(coming.key, data);
     }
     flush(i);
     return i - first;
@@ -159,6 +169,25 @@ export class NativeReads {
   lend(key: string, block: BlockData): void {
     if (this.lent.has(key) || !this.fuse.lendBlock(key, block.bytes)) return;
     this.lent.set(key, block.retain());
+  }
+
+  /**
+   * Lends blocks just registered as on disk whose downloaded bytes a handle still holds (the bytes their
+   * rows' CRC32C was taken of), as landed loans: the reads that follow are answered from that memory,
+   * not from the file read back and checked again (a cold sequential GiB read back a third of its
+   * blocks so: those its readahead had landed before its reads reached them). Only as many as the landed
+   * loans keep, the first ones, read soonest: a loan pushed out at once would be work for nothing.
+   */
+  private lendLanded(blocks: [string, BlockData][]): void {
+    const room = Math.min(blocks.length, this.maxLandedLoans);
+    // Newest last: the loans ended first when there are too many are the oldest, so the last of the run goes first.
+    for (let j = room - 1; j >= 0; j--) {
+      const [key, block] = blocks[j]!;
+      if (this.lent.has(key) || !this.fuse.lendBlock(key, block.bytes, true)) continue;
+      this.lent.set(key, block.retain());
+      this.metrics.inc('native_landed_lent');
+      this.landedLoan(key);
+    }
   }
 
   /** Tells the addon once when block file `key` lands (or does not): every expectBlock needs it. */
@@ -217,12 +246,12 @@ export class NativeReads {
    * its first block). Returns the end of the registered run (the reader skips to it), or 0 when the read
    * is still the caller's.
    */
-  handOff(req: FuseRequest, ino: number, file: NativeFile, meta: ObjectMeta, pos: number, size: number, max = WINDOW_BLOCKS): number {
+  handOff(req: FuseRequest, ino: number, file: NativeFile, meta: ObjectMeta, pos: number, size: number, max = WINDOW_BLOCKS, held?: (index: number) => BlockData | null): number {
     const end = Math.min(meta.size, pos + size);
     if (pos >= end) return 0;
     const bs = this.blocks.blockSize;
     const first = Math.floor(pos / bs);
-    const n = this.register(file, meta, first, max);
+    const n = this.register(file, meta, first, max, held);
     if (first + n <= Math.floor((end - 1) / bs)) return 0;
     return this.fuse.readNative(req, ino, file, pos, size) ? Math.min(meta.size, (first + n) * bs) : 0;
   }

@@ -136,7 +136,7 @@ export class ReadOps {
       if (native) {
         const bs = deps.blocks.blockSize;
         const first = Math.floor(pos / bs);
-        const n = native.reads.register(native.file, reader.meta, first, reader.nativeRunBlocks());
+        const n = native.reads.register(native.file, reader.meta, first, reader.nativeRunBlocks(), (i) => reader.heldBlock(i));
         if (n > 0) reader.servedElsewhere((first + n) * bs);
       }
       return;
@@ -147,7 +147,7 @@ export class ReadOps {
     // time goes native, so the main thread sees a few reads per window rather than every one.
     if (native) {
       const held = reader.holds(pos, size);
-      const until = native.reads.handOff(a.req, ino, native.file, reader.meta, pos, size, held ? reader.nativeRunBlocks() : undefined);
+      const until = native.reads.handOff(a.req, ino, native.file, reader.meta, pos, size, held ? reader.nativeRunBlocks() : undefined, (i) => reader.heldBlock(i));
       if (until > 0) return reader.servedElsewhere(until, held ? pos : undefined);
     }
     const failed = (err: unknown): void => {

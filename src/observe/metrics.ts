@@ -50,6 +50,7 @@ export const COUNTERS = {
   native_read_ms: 'milliseconds from the kernel\'s request to the answer, summed over those reads (their mean latency is this over native_reads)',
   native_fallbacks: 'reads the native path gave back to JavaScript (a damaged block file, no block memory free, or a block it waited for did not land)',
   native_blocks_lent: 'blocks on their way to disk whose waiting reads the native path answered from the download\'s memory, lent to it until the block file landed',
+  native_landed_lent: 'blocks on disk already whose downloaded bytes a handle\'s readahead still held, lent to the native path as the reads reached them (not read back from their file)',
   native_reads_waited: 'reads the native path held until their block, on its way to disk, landed (a file opened while its prefetch downloads)',
   native_block_loads: 'block files the native path read and checked (those a read was answered from also count in block_cache_hits)',
   native_preloads: 'prefetched blocks the native path was asked to load into memory once on disk, before their file is read',
