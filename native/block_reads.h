@@ -82,6 +82,8 @@ int br_lend(const char *key, const void *bytes, uint32_t len, int landed);
 // Ends the loan of block file `key` (nothing when none): waits for the replies being sent from it, and
 // no read uses the memory afterwards (a read of the block still on its way goes back to JavaScript).
 void br_revoke(const char *key);
+// 1 when block file `key` is lent and a read has been answered from it.
+int br_loan_served(const char *key);
 // Gives back every read of the mount `userdata` names that waits for a block (its session is ending).
 void br_release_waiting(void *userdata);
 

@@ -342,6 +342,14 @@ void br_revoke(const char *key) {
   pthread_mutex_unlock(&br_lock);
 }
 
+int br_loan_served(const char *key) {
+  pthread_mutex_lock(&br_lock);
+  struct slot *s = find_slot(key);
+  int served = s && s->lent && s->served;
+  pthread_mutex_unlock(&br_lock);
+  return served;
+}
+
 unsigned br_slots_maintain_locked(char (*out)[BR_KEY_LEN + 1], unsigned max, uint64_t cutoff) {
   unsigned n = 0;
   for (unsigned i = 0; i < eng.ntouched && n < max; i++) memcpy(out[n++], eng.touched[i], BR_KEY_LEN + 1);

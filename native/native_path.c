@@ -167,6 +167,17 @@ static napi_value revoke_block(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// loanServed(key): whether block file `key` is lent and a read has been answered from it.
+static napi_value loan_served(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  args_of(env, info, 1, argv);
+  char key[BR_KEY_LEN + 2];
+  if (!key_arg(env, argv[0], key)) return NULL;
+  napi_value out;
+  napi_get_boolean(env, br_loan_served(key), &out);
+  return out;
+}
+
 // addBlocks(file, first, keys, crcs): block first + i of the file is block file keys[i], CRC32C crcs[i].
 static napi_value add_blocks(napi_env env, napi_callback_info info) {
   napi_value argv[4];
@@ -293,6 +304,7 @@ int native_path_exports(napi_env env, napi_value exports) {
   EXPORT("blockLanded", block_landed);
   EXPORT("lendBlock", lend_block);
   EXPORT("revokeBlock", revoke_block);
+  EXPORT("loanServed", loan_served);
   EXPORT("dropBlocks", drop_blocks);
   EXPORT("setFileSize", set_file_size);
   EXPORT("readNative", read_native);

@@ -60,6 +60,7 @@ describe('a lent block that does not land', () => {
         addBlocks: () => undefined,
         lendBlock: () => true,
         revokeBlock: (key: string) => calls.push(`revoke ${key}`),
+        loanServed: () => false,
         blockLanded: (key: string, _crc: number, size: number) => calls.push(`landed ${key} ${size}`),
       } as unknown as FuseAddon;
       let land!: (row: null) => void;
@@ -86,5 +87,47 @@ describe('a lent block that does not land', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+/**
+ * More landed loans than are kept: those a read has been answered from end first. Ending the oldest
+ * alone ended a sequential reader's next blocks, landed but not read yet, which it then read back from
+ * their files.
+ */
+describe('landed loans over their count', () => {
+  it('end the ones a read was answered from first, then the oldest', async () => {
+    const revoked: string[] = [];
+    const served = new Set(['k5']);
+    const fuse = {
+      startNativeReads: () => true,
+      nativeStats: () => new Array(16).fill(0),
+      expectBlock: () => true,
+      addBlocks: () => undefined,
+      lendBlock: () => true,
+      revokeBlock: (key: string) => revoked.push(key),
+      loanServed: (key: string) => served.has(key),
+      blockLanded: () => undefined,
+    } as unknown as FuseAddon;
+    const lands: ((row: { key: string; crc32c: number; size: number }) => void)[] = [];
+    const blocks = {
+      blockSize: 1024,
+      inMemory: () => false,
+      diskRow: () => null,
+      coming: (_meta: ObjectMeta, i: number) => ({ key: `k${i}`, landed: new Promise((r) => (lands[i] = r)) }),
+      promote: () => undefined,
+    } as unknown as BlockSource;
+    const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
+    const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
+    const meta: ObjectMeta = { name: 'a/0.0', size: 10 * 1024, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+    const block = { bytes: Buffer.alloc(1024), retain() { return this; }, release: () => undefined } as unknown as BlockData;
+    // The handle holds each block (being written): each is lent as it is registered.
+    expect(reads.register({} as NativeFile, meta, 0, 10, () => block)).toBe(10);
+    for (let i = 0; i < 10; i++) {
+      lands[i]!({ key: `k${i}`, crc32c: 0, size: 1024 });
+      await Promise.resolve();
+      await Promise.resolve();
+    }
+    expect(revoked).toEqual(['k5', 'k0']);
   });
 });

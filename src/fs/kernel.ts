@@ -186,6 +186,8 @@ export interface FuseAddon {
   lendBlock(key: string, bytes: Buffer, landed?: boolean): boolean;
   /** Ends a loan: waits for the replies being sent from it; nothing reads the memory afterwards. */
   revokeBlock(key: string): void;
+  /** Whether block file `key` is lent and a read has been answered from it. */
+  loanServed(key: string): boolean;
   /**
    * Since the process started: [reads, readBytes, fallbacks, blockLoads, blockLoadBytes, blocksInMemory,
    * blockHits, blockHitBytes, readNs, waited, lent] (hits: loaded blocks a read was answered from;
