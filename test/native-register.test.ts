@@ -8,6 +8,21 @@ import type { ObjectMeta } from '../src/gcs/object-client.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { Metrics } from '../src/observe/metrics.js';
 
+/** The addon's side as these tests need it: every call succeeds unless `overrides` says otherwise. */
+function fakeFuse(overrides: Partial<Record<keyof FuseAddon, unknown>>): FuseAddon {
+  return {
+    startNativeReads: () => true,
+    nativeStats: () => new Array(16).fill(0),
+    expectBlock: () => true,
+    addBlocks: () => undefined,
+    lendBlock: () => true,
+    revokeBlock: () => undefined,
+    loanServed: () => false,
+    blockLanded: () => undefined,
+    ...overrides,
+  } as unknown as FuseAddon;
+}
+
 /**
  * A read of a block on its way to disk waits in the addon, where JavaScript does not see it: the block
  * it starts at must be promoted as it is registered, or a prefetch still queued behind the mount's other
@@ -17,16 +32,12 @@ describe('registering blocks on their way to disk with the native side', () => {
   it("promotes the download of the block the read starts at, and only that one", () => {
     const promoted: number[] = [];
     const expected: number[] = [];
-    const fuse = {
-      startNativeReads: () => true,
-      nativeStats: () => new Array(16).fill(0),
+    const fuse = fakeFuse({
       expectBlock: (_file: NativeFile, block: number) => {
         expected.push(block);
         return true;
       },
-      addBlocks: () => undefined,
-      blockLanded: () => undefined,
-    } as unknown as FuseAddon;
+    });
     const blocks = {
       blockSize: 1024,
       inMemory: () => false,
@@ -53,16 +64,10 @@ describe('a lent block that does not land', () => {
     vi.useFakeTimers();
     try {
       const calls: string[] = [];
-      const fuse = {
-        startNativeReads: () => true,
-        nativeStats: () => new Array(16).fill(0),
-        expectBlock: () => true,
-        addBlocks: () => undefined,
-        lendBlock: () => true,
+      const fuse = fakeFuse({
         revokeBlock: (key: string) => calls.push(`revoke ${key}`),
-        loanServed: () => false,
         blockLanded: (key: string, _crc: number, size: number) => calls.push(`landed ${key} ${size}`),
-      } as unknown as FuseAddon;
+      });
       let land!: (row: null) => void;
       const blocks = {
         blockSize: 1024,
@@ -99,16 +104,10 @@ describe('landed loans over their count', () => {
   it('end the ones a read was answered from first, then the oldest', async () => {
     const revoked: string[] = [];
     const served = new Set(['k5']);
-    const fuse = {
-      startNativeReads: () => true,
-      nativeStats: () => new Array(16).fill(0),
-      expectBlock: () => true,
-      addBlocks: () => undefined,
-      lendBlock: () => true,
+    const fuse = fakeFuse({
       revokeBlock: (key: string) => revoked.push(key),
       loanServed: (key: string) => served.has(key),
-      blockLanded: () => undefined,
-    } as unknown as FuseAddon;
+    });
     const lands: ((row: { key: string; crc32c: number; size: number }) => void)[] = [];
     const blocks = {
       blockSize: 1024,

@@ -21,8 +21,8 @@ const MIN_SLOTS = 4;
 /** Block memory unused this long goes back to the system. */
 const IDLE_SECS = 30;
 /**
- * Blocks kept lent to the addon after they land, the newest: a reader's later reads of a block just
- * landed are answered from its memory too, not from the file read back and checked again (measured: a
+ * Blocks kept lent to the addon after they land (past this many, those a read has used go first, then
+ * the oldest: endOldLoans): a reader's later reads of a block just landed are answered from its memory too, not from the file read back and checked again (measured: a
  * third of a cold sequential GiB's blocks were read back when each loan ended at its landing). At most
  * an eighth of the memory budget, and given back whenever a read waits for memory.
  */
