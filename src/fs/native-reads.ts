@@ -1,4 +1,4 @@
-import { availableParallelism } from 'node:os';
+import { usableCpus } from '../machine-share.js';
 import type { BlockData } from '../blocks/block-buffers.js';
 import type { BlockRow } from '../blocks/block-index.js';
 import type { BlockSource } from '../blocks/block-source.js';
@@ -80,7 +80,7 @@ export class NativeReads {
       blockSize: blocks.blockSize,
       slots: Math.max(MIN_SLOTS, Math.floor(NATIVE_MEMORY_BYTES / blocks.blockSize)),
       // Workers mostly wait (on the disk, or for a block another one is loading); the copies scale with cores.
-      workers: Math.min(16, Math.max(4, availableParallelism())),
+      workers: Math.min(16, Math.max(4, usableCpus())),
       direct: disk.direct,
     });
     if (!started) {

@@ -1,4 +1,4 @@
-import { availableParallelism } from 'node:os';
+import { usableCpus } from '../machine-share.js';
 
 /**
  * How many of the download workers take new attempts: the first alone until the workers in use are
@@ -21,11 +21,11 @@ export interface WorkersInUseLimits {
   shrink: number;
   /** Idle windows in a row after which one fewer is used. */
   idleWindows: number;
-  /** The CPUs this process may run on now (taskset, cgroup pinning): at most this less one are used. */
+  /** The CPUs this process may run on now (taskset, cpuset, a cgroup's CPU quota): at most this less one are used. */
   cpus: () => number;
 }
 
-export const WORKERS_IN_USE: WorkersInUseLimits = { grow: 0.7, busyWindows: 4, shrink: 0.2, idleWindows: 8, cpus: availableParallelism };
+export const WORKERS_IN_USE: WorkersInUseLimits = { grow: 0.7, busyWindows: 4, shrink: 0.2, idleWindows: 8, cpus: usableCpus };
 
 export class WorkersInUse {
   private inUse = 1;
