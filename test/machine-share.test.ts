@@ -86,7 +86,12 @@ function limitedCgroup(): { cpu: (cpus: number) => void; memory: (bytes: number)
     const [cpuDir, memDir] = [join(root, 'cpu', name), join(root, 'memory', name)];
     if (!existsSync(join(root, 'cpu', 'cpu.cfs_quota_us')) || !existsSync(join(root, 'memory', 'memory.limit_in_bytes'))) return null;
     mkdirSync(cpuDir);
-    mkdirSync(memDir);
+    try {
+      mkdirSync(memDir);
+    } catch {
+      rmdirSync(cpuDir);
+      return null;
+    }
     return {
       cpu: (cpus) => writeFileSync(join(cpuDir, 'cpu.cfs_quota_us'), String(cpus * Number(readFileSync(join(cpuDir, 'cpu.cfs_period_us'), 'utf8')))),
       memory: (bytes) => writeFileSync(join(memDir, 'memory.limit_in_bytes'), String(bytes)),
