@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism, totalmem } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 
 /**
  * The share of the machine this process may use: its CPUs and memory as a container or a systemd unit
@@ -32,13 +32,16 @@ function readOr(path: string): string | null {
   }
 }
 
-/** Each folder from `dir` up to `root`, the tightest limit anywhere on the way applies. */
+/**
+ * Each folder from the cgroup's own up to `root`: the tightest limit anywhere on the way applies. A path
+ * outside the mount (a cgroup namespace shows "/../x" for a cgroup above its root) has only the root.
+ */
 function upTo(root: string, path: string): string[] {
-  const dirs: string[] = [];
-  for (let dir = join(root, path); dir.startsWith(root); dir = dirname(dir)) {
-    dirs.push(dir);
-    if (dir === root || dirname(dir) === dir) break;
-  }
+  // resolve, not join: "/" must name the root itself (join leaves a trailing slash).
+  const own = resolve(root, `.${path}`);
+  if (own !== root && !own.startsWith(`${root}/`)) return [root];
+  const dirs = [own];
+  for (let dir = own; dir !== root && dirname(dir) !== dir; ) dirs.push((dir = dirname(dir)));
   return dirs;
 }
 

@@ -26,9 +26,10 @@ export const DEFAULT_RANGE_GETS_PER_READER = Math.min(DEFAULT_MAX_PARALLEL_DOWNL
 export const DEFAULT_DOWNLOAD_WORKERS = Math.min(8, Math.floor(usableCpus() / 2));
 
 /**
- * One eighth of the RAM this process may use (a cgroup's memory limit, or the machine's), at least 256 MiB and at most 4 GiB: room for a hundred readers' blocks
- * and the downloads in flight with the default block size, and a small share of a big machine, whose
- * memory belongs to the pipeline reading through the mount.
+ * One eighth of the RAM this process may use (a cgroup's memory limit, or the machine's), at least
+ * 256 MiB and at most 4 GiB: room for a hundred readers' blocks and the downloads in flight with the
+ * default block size, and a small share of a big machine, whose memory belongs to the pipeline reading
+ * through the mount.
  */
 export const DEFAULT_MEMORY_LIMIT_MB = Math.min(4096, Math.max(256, Math.floor(usableMemory() / 8 / 2 ** 20)));
 
