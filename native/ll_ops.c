@@ -5,6 +5,7 @@
 #include "mount.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 
 // Every open file's and folder's fi->fh is a struct br_file (set by replyOpen), holding JavaScript's number.
@@ -64,15 +65,16 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   forward(mount_of(req), OP_LOOKUP, req, parent, 0, 0, 0, name);
 }
 
+// Forgets need no answer: they go to JavaScript with the next request (deferred.c).
 static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   struct mount *m = mount_of(req);
   fuse_reply_none(req);
-  forward(m, OP_FORGET, NULL, ino, nlookup, 0, 0, NULL);
+  defer(m, OP_FORGET, ino, nlookup);
 }
 
 static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets) {
   struct mount *m = mount_of(req);
-  for (size_t i = 0; i < count; i++) forward(m, OP_FORGET, NULL, forgets[i].ino, forgets[i].nlookup, 0, 0, NULL);
+  for (size_t i = 0; i < count; i++) defer(m, OP_FORGET, forgets[i].ino, forgets[i].nlookup);
   fuse_reply_none(req);
 }
 
@@ -98,8 +100,17 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 }
 
 static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  struct mount *m = mount_of(req);
   struct br_file *f = file_of(fi);
-  forward(mount_of(req), OP_RELEASE, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  uint64_t fh = br_file_js_fh(f);
+  // A read handle's release has nothing to tell the kernel (JavaScript only drops the handle): answered
+  // here, and JavaScript hears of it with its next request. A write handle's may upload, and fail.
+  if ((fi->flags & O_ACCMODE) == O_RDONLY && fh < m->read_handles_below) {
+    fuse_reply_err(req, 0);
+    defer(m, OP_RELEASE, ino, fh);
+  } else {
+    forward(m, OP_RELEASE, req, ino, fh, 0, 0, NULL);
+  }
   br_file_unref(f); // the kernel's reference, taken by replyOpen
 }
 
@@ -115,9 +126,12 @@ static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
   forward(mount_of(req), OP_READDIRPLUS, req, ino, br_file_js_fh(file_of(fi)), (uint64_t)off, size, NULL);
 }
 
+// As a read handle's release: JavaScript only drops the folder's listing.
 static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  struct mount *m = mount_of(req);
   struct br_file *f = file_of(fi);
-  forward(mount_of(req), OP_RELEASEDIR, req, ino, br_file_js_fh(f), 0, 0, NULL);
+  fuse_reply_err(req, 0);
+  defer(m, OP_RELEASEDIR, ino, br_file_js_fh(f));
   br_file_unref(f);
 }
 

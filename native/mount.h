@@ -90,6 +90,12 @@ struct mount {
   struct notice *notify_head, *notify_tail;
   int notify_stop;
   int notify_tsfn_gone; // the threadsafe function refused a call (the environment is going): never touch it again
+  // Messages that need no answer (releases answered here, forgets), kept on the receive thread until it
+  // next hands JavaScript a request, or idles (deferred.c). Only the receive thread touches these.
+  struct msg *deferred_head, *deferred_tail;
+  unsigned deferred_count;
+  uint64_t deferred_since_ns; // when the oldest was kept (CLOCK_MONOTONIC)
+  uint64_t read_handles_below; // a read-only handle below this is a read handle of JavaScript's (0: none is)
 };
 
 // One request on its way to JavaScript. `name` is set for lookups and the other requests that name an
@@ -97,6 +103,7 @@ struct mount {
 // `reason` says what was wrong). A rename's new name follows the name's NUL
 // (`names` 2). `data` (malloc'd, handed to JavaScript as a Buffer) is a write's bytes or a setattr's values.
 struct msg {
+  struct msg *next; // in the deferred list
   int op;
   fuse_req_t req;
   uint64_t ino;
@@ -159,14 +166,28 @@ extern const struct fuse_lowlevel_ops ll_ops;
 
 // session.c. forward_reason hands a request (or, req NULL, a notice) to JavaScript, never from the JS
 // thread (a full queue blocks the caller until the JS thread takes from it). maybe_destroy destroys the
-// session once its loop has ended and every request handed to JavaScript is answered.
+// session once its loop has ended and every request handed to JavaScript is answered. msg_new and
+// msg_send are the two halves of forward_reason.
 void forward_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, int reason);
+struct msg *msg_new(int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2);
+void msg_send(struct mount *m, struct msg *msg);
+void maybe_destroy(struct mount *m);
+
+// deferred.c, receive thread only: defer keeps a message that needs no answer; send_deferred sends those
+// kept, in order, before the receive thread hands JavaScript anything else (forward, forward_full), so
+// JavaScript sees every request in the kernel's order; deferred_wait has dev_read send them once the
+// kernel has been quiet for a while, so none waits long.
+void defer(struct mount *m, int op, uint64_t ino, uint64_t a);
+void send_deferred(struct mount *m);
+void deferred_wait(struct mount *m, int fd);
+
+// The receive thread's way to JavaScript: messages kept for later go first.
 static inline void forward(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name) {
+  send_deferred(m);
   forward_reason(m, op, req, ino, a, b, c, name, 0);
 }
 // forward for the write requests: a second name (or NULL) and bytes copied for JavaScript (or NULL).
 void forward_full(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2, const void *data, size_t data_len);
-void maybe_destroy(struct mount *m);
 
 // replies.c: the handles JavaScript holds for requests. req_handle wraps a request for JavaScript (0 when
 // out of memory); take_req takes it back out of a reply's argument, and answered marks it answered.

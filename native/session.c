@@ -43,7 +43,7 @@ static void log_to_buffer(enum fuse_log_level level, const char *fmt, va_list ap
 
 // ------------------------------------------------------------------ receive thread side
 
-static void send_msg(struct mount *m, struct msg *msg) {
+void msg_send(struct mount *m, struct msg *msg) {
   if (msg->req) atomic_fetch_add(&m->outstanding, 1);
   if (napi_call_threadsafe_function(m->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
     // JavaScript is going away: answer here, so nothing waits for it.
@@ -56,10 +56,11 @@ static void send_msg(struct mount *m, struct msg *msg) {
   }
 }
 
-static struct msg *new_msg(int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2) {
+struct msg *msg_new(int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2) {
   size_t len = name ? strlen(name) + 1 : 0, len2 = name2 ? strlen(name2) + 1 : 0;
   struct msg *msg = malloc(sizeof *msg + len + len2);
   if (!msg) return NULL;
+  msg->next = NULL;
   msg->op = op;
   msg->req = req;
   msg->ino = ino;
@@ -76,17 +77,18 @@ static struct msg *new_msg(int op, fuse_req_t req, uint64_t ino, uint64_t a, uin
 }
 
 void forward_reason(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, int reason) {
-  struct msg *msg = new_msg(op, req, ino, a, b, c, name, NULL);
+  struct msg *msg = msg_new(op, req, ino, a, b, c, name, NULL);
   if (!msg) {
     if (req) fuse_reply_err(req, ENOMEM);
     return;
   }
   msg->reason = reason;
-  send_msg(m, msg);
+  msg_send(m, msg);
 }
 
 void forward_full(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_t a, uint64_t b, uint64_t c, const char *name, const char *name2, const void *data, size_t data_len) {
-  struct msg *msg = new_msg(op, req, ino, a, b, c, name, name2);
+  send_deferred(m);
+  struct msg *msg = msg_new(op, req, ino, a, b, c, name, name2);
   // libfuse reuses its buffer for the next request once this returns: the bytes are copied.
   if (msg && data) {
     msg->data = malloc(data_len ? data_len : 1);
@@ -102,7 +104,7 @@ void forward_full(struct mount *m, int op, fuse_req_t req, uint64_t ino, uint64_
     if (req) fuse_reply_err(req, ENOMEM);
     return;
   }
-  send_msg(m, msg);
+  msg_send(m, msg);
 }
 
 // The kernel's INIT flag for parallel lookups and readdirs (linux/fuse.h), and where fuse_init_out
@@ -124,7 +126,7 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata) 
 }
 
 static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata) {
-  (void)userdata;
+  deferred_wait(userdata, fd);
   return read(fd, buf, len);
 }
 
@@ -384,6 +386,10 @@ static napi_value do_mount(napi_env env, napi_callback_info info) {
   if (napi_get_named_property(env, argv[3], "congestionThreshold", &v) == napi_ok) {
     double d = num(env, v);
     if (d > 0) m->congestion_threshold = (unsigned)d;
+  }
+  if (napi_get_named_property(env, argv[3], "readHandlesBelow", &v) == napi_ok) {
+    double d = num(env, v);
+    if (d > 0) m->read_handles_below = (uint64_t)d;
   }
   if (napi_get_named_property(env, argv[3], "parallelDirops", &v) == napi_ok) {
     bool b = true;

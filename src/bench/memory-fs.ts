@@ -74,7 +74,7 @@ async function main(): Promise<void> {
           return fuse.replyErr(req, ENOSYS);
       }
     },
-    { readOnly: true, fsName: 'memory-fs', allowOther: false, extra: [], maxBackground: 64, congestionThreshold: 0, parallelDirops: true },
+    { readOnly: true, fsName: 'memory-fs', allowOther: false, extra: [], maxBackground: 64, congestionThreshold: 0, parallelDirops: true, readHandlesBelow: 0 },
   );
   await setReadAhead(path, Number(readAheadArg), silentLogger);
 

@@ -1,6 +1,7 @@
 import type { DiskCache } from '../blocks/disk-cache.js';
 import { createOperations } from '../fs/operations.js';
 import { DEFAULT_REPORTED_SIZES } from '../fs/handles.js';
+import { WRITE_FH_BASE } from '../fs/ops-writes.js';
 import { Prefetcher } from '../prefetch/prefetcher.js';
 import type { ControlServer, MountInfo } from '../observe/control-server.js';
 import { ensureRuntimeDir } from '../observe/runtime-dir.js';
@@ -154,6 +155,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
     maxBackground: v['max-background'] > 0 ? v['max-background'] : Math.min(1024, Math.max(64, 2 * (Number.isFinite(scheduler.limit) ? scheduler.limit : 512))),
     congestionThreshold: v['congestion-threshold'],
     parallelDirops: !v['disable-parallel-dirops'],
+    // Read handles are numbered below the write side's: their releases are answered by the addon.
+    readHandlesBelow: WRITE_FH_BASE,
   });
   undo.push(() => mount.unmount());
   starting.release();

@@ -68,6 +68,11 @@ export interface MountTuning {
   maxBackground: number;
   congestionThreshold: number;
   parallelDirops: boolean;
+  /**
+   * The addon answers the release of a handle opened read-only whose number is below this (a read
+   * handle), and of every folder, then tells the listener without a request, with its next one. 0: none.
+   */
+  readHandlesBelow: number;
 }
 
 /**

@@ -161,6 +161,8 @@ export interface KernelOptions {
   congestionThreshold: number;
   /** Lookups and listings of one folder may reach us in parallel (FUSE_PARALLEL_DIROPS). */
   parallelDirops: boolean;
+  /** See MountTuning.readHandlesBelow. */
+  readHandlesBelow: number;
 }
 
 /** What an unmount did: unmounted, or detached while busy and then ended within the grace or not. */
@@ -241,6 +243,7 @@ export class FuseMount {
         maxBackground: k.maxBackground,
         congestionThreshold: k.congestionThreshold > 0 ? k.congestionThreshold : Math.max(1, Math.floor((k.maxBackground * 3) / 4)),
         parallelDirops: k.parallelDirops,
+        readHandlesBelow: k.readHandlesBelow,
       });
     } catch (err) {
       throw new MountPointError(`cannot mount ${path}: ${(err as Error).message}`);

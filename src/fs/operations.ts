@@ -331,6 +331,9 @@ function dispatcher(deps: OperationDeps, { entries, reads, dirs, writes }: OpFam
   return (op, req, ino, x, y, z, name, reason, name2, data) => {
     if (op === OP.FORGET) return entries.forget(ino, x);
     if (op === OP.INVALIDATED) return kernelCache.invalidated(ino);
+    // Releases of read handles and folders, answered by the addon (KernelOptions.readHandlesBelow).
+    if (!req && op === OP.RELEASE) return reads.released(x);
+    if (!req && op === OP.RELEASEDIR) return dirs.released(x);
     if (!req) return;
     try {
       if (NAMED_OPS.has(op) && (tooLong(name) || (op === OP.RENAME && tooLong(name2)))) return fuse.replyErr(req, Errno.ENAMETOOLONG);

@@ -176,6 +176,12 @@ export class DirOps {
     a.ok();
   }
 
+  /** A folder's release the addon answered. */
+  released(fh: number): void {
+    this.dirs.delete(fh);
+    this.ctx.deps.metrics.observeOp('releasedir', 0, false);
+  }
+
   /**
    * Runs `reply` with the open folder's listing (taken on its first readdir, and again at offset 0: a
    * rewinddir reads the folder as it is now, as gcsfuse's does), or answers the error.

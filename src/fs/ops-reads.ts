@@ -177,6 +177,17 @@ export class ReadOps {
 
   release(a: Answer, fh: number): void {
     if (this.ctx.writeOps && WriteOps.isWriteHandle(fh)) return this.ctx.writeOps.release(a, fh);
+    this.drop(fh);
+    a.ok();
+  }
+
+  /** A read handle's release the addon answered (it never answers a write handle's). */
+  released(fh: number): void {
+    this.drop(fh);
+    this.ctx.deps.metrics.observeOp('release', 0, false);
+  }
+
+  private drop(fh: number): void {
     const orphan = this.orphans.get(fh);
     if (orphan) {
       this.orphans.delete(fh);
@@ -187,7 +198,6 @@ export class ReadOps {
     this.files.delete(fh);
     this.inodeOf.delete(fh);
     this.throughPageCache.delete(fh);
-    a.ok();
   }
 
   /**
