@@ -48,6 +48,8 @@ struct br_hooks {
 // Starts the workers, once per process; 0 on success (or if already started), -1 otherwise.
 int br_start(const struct br_config *cfg, const struct br_hooks *hooks);
 int br_started(void);
+// CLOCK_MONOTONIC in nanoseconds (the waits the native path times, the receive thread's kept messages).
+uint64_t br_now_ns(void);
 
 // One open file: its JavaScript handle, size, and which of its blocks are on disk. Reference counted
 // (the kernel's open, JavaScript's handle on it, reads in progress).

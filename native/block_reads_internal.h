@@ -64,7 +64,6 @@ struct job {
   uint64_t parked_ns; // when it began waiting for a block on its way to disk
 };
 
-uint64_t br_now_ns(void);
 void br_count(enum br_stat s, uint64_t n);
 void br_count_down(enum br_stat s);
 

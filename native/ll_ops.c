@@ -1,6 +1,7 @@
 // The low-level operations libfuse calls on the receive thread: each forwards its request to JavaScript
-// (session.c's queue), except reads of blocks the native path holds (native_path.c) and names that are
-// not UTF-8. Never waits for JavaScript.
+// (session.c's queue), except reads of blocks the native path holds (native_path.c), names that are not
+// UTF-8, and the releases of read handles and folders, answered here and told later with the forgets
+// (deferred.c). Never waits for JavaScript.
 
 #include "mount.h"
 
