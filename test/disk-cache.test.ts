@@ -65,6 +65,48 @@ describe('block files and O_DIRECT', () => {
   });
 });
 
+describe('block files written off the main thread', () => {
+  const key = (block: number) => ({ bucket: 'b', object: 'o', generation: '1', block, blockSize: BLOCK });
+
+  it('are written by the writer given, and by the cache itself when that writer could not run them', async () => {
+    const dir = await tempDir('cache');
+    const metrics = new Metrics();
+    const cache = DiskCache.open({ dir, limit: { kind: 'unlimited' }, ...DEFAULT_DISK_CACHE }, silentLogger, metrics);
+    const pool = new BlockBuffers({ blockSize: BLOCK, maxBytes: 4 * BLOCK, poison: false, idleTrimMs: 60_000, shared: true });
+    const given: string[] = [];
+    let worker: 'writes' | 'lost' | 'declines' = 'writes';
+    cache.writeBlockFilesWith((tmp, final, data, count, length, direct, mode) => {
+      given.push(final);
+      if (worker === 'declines') return null;
+      if (worker === 'lost') return Promise.reject(new Error('download worker exited with code 1'));
+      return writeAndRename(tmp, final, data, count, length, direct, true).then(() => expect(mode).toBe(0o600));
+    });
+    try {
+      for (const [block, how] of (['writes', 'lost', 'declines'] as const).entries()) {
+        worker = how;
+        const lease = pool.lease(BLOCK - 10 * block);
+        lease.bytes.fill(block + 1);
+        await cache.write(key(block), lease.bytes, lease.directCapacity);
+        lease.release();
+      }
+      expect(given).toHaveLength(3);
+      // Counted only where the other thread wrote it; the other two were written here, none lost.
+      expect(metrics.get('block_files_written_on_workers')).toBe(1);
+      for (const block of [0, 1, 2]) {
+        const got = await cache.read(key(block));
+        expect(got?.length).toBe(BLOCK - 10 * block);
+        expect(got?.every((b) => b === block + 1)).toBe(true);
+      }
+      expect(cache.info()).toMatchObject({ state: 'ok', blocks: 3 });
+      expect((await fsp.readdir(join(dir, 'tmp'))).length).toBe(0);
+    } finally {
+      cache.close();
+      pool.close();
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('a block cache that meets trouble recovers from it', () => {
   afterEach(() => vi.restoreAllMocks());
 

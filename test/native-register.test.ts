@@ -44,6 +44,7 @@ describe('registering blocks on their way to disk with the native side', () => {
       diskRow: () => null,
       coming: (_meta: ObjectMeta, i: number) => ({ key: `k${i}`, landed: new Promise(() => undefined) }),
       promote: (_meta: ObjectMeta, i: number) => promoted.push(i),
+      beingWritten: () => null,
     } as unknown as BlockSource;
     const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
     const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
@@ -75,6 +76,7 @@ describe('a lent block that does not land', () => {
         diskRow: () => null,
         coming: (_meta: ObjectMeta, i: number) => (i === 0 ? { key: 'k0', landed: new Promise<null>((r) => (land = r)) } : null),
         promote: () => undefined,
+        beingWritten: () => null,
       } as unknown as BlockSource;
       const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
       const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
@@ -128,5 +130,32 @@ describe('landed loans over their count', () => {
       await Promise.resolve();
     }
     expect(revoked).toEqual(['k5', 'k0']);
+  });
+});
+
+/**
+ * A file opened while its blocks' files are being written (a prefetched chunk file; the handle holds
+ * none of them): the written bytes are lent as the blocks are registered, whole ones only. Not lent,
+ * its reads waited for the landing, which a download worker tells up to 10 ms late with its next reply.
+ */
+describe('a block being written when its file is opened', () => {
+  it('is lent from the write, as a block the handle holds is, when it is whole', () => {
+    const lent: string[] = [];
+    const fuse = fakeFuse({ lendBlock: (key: string) => (lent.push(key), true) });
+    const whole = { bytes: Buffer.alloc(1024), retain() { return this; }, release: () => undefined } as unknown as BlockData;
+    const short = { bytes: Buffer.alloc(100), retain() { return this; }, release: () => undefined } as unknown as BlockData;
+    const blocks = {
+      blockSize: 1024,
+      inMemory: () => false,
+      diskRow: () => null,
+      coming: (_meta: ObjectMeta, i: number) => ({ key: `k${i}`, landed: new Promise(() => undefined) }),
+      promote: () => undefined,
+      beingWritten: (_meta: ObjectMeta, i: number) => (i === 0 ? whole : i === 1 ? short : null),
+    } as unknown as BlockSource;
+    const disk = { blocksDir: '/nonexistent', direct: false, addAccessSource: () => undefined } as unknown as DiskCache;
+    const reads = NativeReads.start({ fuse, blocks, disk, metrics: new Metrics(), log: silentLogger })!;
+    const meta: ObjectMeta = { name: 'a/0.0', size: 3 * 1024, generation: '1', metageneration: '1', updatedMs: 0, crc32c: null };
+    expect(reads.register({} as NativeFile, meta, 0, 3)).toBe(3);
+    expect(lent).toEqual(['k0']);
   });
 });

@@ -1,8 +1,10 @@
 import { chmodSync, constants as fsConstants, lstatSync, mkdirSync, promises as fsp } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { optionalAddon } from '../native-addon.js';
+import { BlockWriteError, hasNativeBlockWrite, writeBlockFileNative } from '../block-file-write.js';
 import type { Logger } from '../observe/logger.js';
+
+export { BlockWriteError };
 
 /**
  * Block files on disk: reading one whole, writing one with or without O_DIRECT, the cache's own folders.
@@ -17,20 +19,6 @@ export const DIRECT_ALIGN = 4096;
 export const FILE_MODE = 0o600;
 export const DIR_MODE = 0o700;
 
-type NativeWrite = (tmp: string, final: string | null, buffer: Buffer, count: number, length: number, direct: boolean, mode: number, done: (code: string | null, stage: string) => void) => void;
-const nativeWrite = optionalAddon().writeBlockFile as NativeWrite | undefined;
-
-/** A block file write that failed: `stage` says how far it got ("rename": the file was written whole). */
-export class BlockWriteError extends Error {
-  constructor(
-    readonly code: string,
-    readonly stage: 'open' | 'write' | 'rename',
-    path: string,
-  ) {
-    super(`${code}: ${stage} ${path}`);
-  }
-}
-
 /**
  * The block as a new file `tmp`, renamed to `final`, in one job on a libuv pool thread (the addon's
  * writeBlockFile: open, write, truncate, close, rename; through fs.promises five round trips, each
@@ -39,7 +27,7 @@ export class BlockWriteError extends Error {
  * same through fs.promises (and with `viaAddon` false). Rejects with a BlockWriteError.
  */
 export async function writeAndRename(tmp: string, final: string, data: Buffer, count: number, length: number, direct: boolean, viaAddon = true): Promise<void> {
-  if (!nativeWrite || !viaAddon) {
+  if (!hasNativeBlockWrite || !viaAddon) {
     try {
       if (direct) {
         const outcome = await writeDirect(tmp, Buffer.from(data.buffer, data.byteOffset, count), length);
@@ -54,12 +42,7 @@ export async function writeAndRename(tmp: string, final: string, data: Buffer, c
     });
     return;
   }
-  return new Promise((resolve, reject) => {
-    nativeWrite(tmp, final, data, count, length, direct, FILE_MODE, (code, stage) => {
-      if (code === null) resolve();
-      else reject(new BlockWriteError(code, stage as 'open' | 'write' | 'rename', stage === 'rename' ? final : tmp));
-    });
-  });
+  return writeBlockFileNative(tmp, final, data, count, length, direct, FILE_MODE);
 }
 
 /** Folders of older layouts: never read again, removed in the background to give their space back. */

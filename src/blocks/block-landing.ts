@@ -36,6 +36,11 @@ export class BlockLanding {
     return this.writing.has(id);
   }
 
+  /** Block `id` while it is being written, for a moment's use (no reference of the caller's), or null. */
+  peek(id: string): BlockData | null {
+    return this.writing.get(id) ?? null;
+  }
+
   /** Block `id` while it is being written: the caller's own reference, or null. */
   take(id: string): BlockData | null {
     return this.writing.get(id)?.retain() ?? null;

@@ -212,6 +212,14 @@ export class BlockSource {
     return this.recent.has(blockId(meta, index));
   }
 
+  /**
+   * Block `index` while it is being written to disk, for a moment's use (a loan takes a reference of its
+   * own), or null.
+   */
+  beingWritten(meta: ObjectMeta, index: number): BlockData | null {
+    return this.toDisk.peek(blockId(meta, index));
+  }
+
   /** True when block `index` is on disk (or on its way there): nothing to fetch ahead. */
   cached(meta: ObjectMeta, index: number): boolean {
     return this.toDisk.has(blockId(meta, index)) || (this.diskFor(meta)?.lookup(this.diskKey(meta, index)) ?? null) !== null;

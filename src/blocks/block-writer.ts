@@ -7,7 +7,8 @@ import type { BlockIndex } from './block-index.js';
 import { blockFileKey, type BlockKey } from './block-key.js';
 import type { CacheSpace } from './eviction.js';
 import { isDiskFull, WriteHealth, type Health, type WriteHealthConfig } from './write-health.js';
-import { BlockWriteError, DIRECT_ALIGN, writeAndRename } from './block-files.js';
+import type { BlockFileWriter } from '../block-file-write.js';
+import { BlockWriteError, DIRECT_ALIGN, FILE_MODE, writeAndRename } from './block-files.js';
 
 /** The process is out of descriptors or memory for a moment: not the cache dir's fault, not a state to enter. */
 const RESOURCE_CODES = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'EAGAIN', 'EINTR']);
@@ -51,6 +52,8 @@ export class BlockWriter {
   private tmpCount = 0;
   /** Off once the cache dir's file system refused O_DIRECT. */
   private directIo: boolean;
+  /** Where block files in shared memory are written off this thread (the download workers), if anywhere. */
+  offThread: BlockFileWriter | null = null;
 
   constructor(
     private readonly cfg: BlockWriterConfig,
@@ -176,7 +179,7 @@ export class BlockWriter {
     const padded = Math.ceil(data.length / DIRECT_ALIGN) * DIRECT_ALIGN;
     if (this.directIo && data.length > 0 && directCapacity >= padded) {
       try {
-        return await writeAndRename(tmp, final, Buffer.from(data.buffer, data.byteOffset, padded), padded, data.length, true, this.cfg.addonWrites);
+        return await this.writeFile(tmp, final, Buffer.from(data.buffer, data.byteOffset, padded), padded, data.length, true);
       } catch (err) {
         // EINVAL at open: the file system refuses O_DIRECT (tmpfs before Linux 6.6, for one), for every
         // block; EINVAL later: this write's (a short write leaves the next one unaligned).
@@ -187,7 +190,26 @@ export class BlockWriter {
         }
       }
     }
-    await writeAndRename(tmp, final, data, data.length, data.length, false, this.cfg.addonWrites);
+    await this.writeFile(tmp, final, data, data.length, data.length, false);
+  }
+
+  /**
+   * A download worker writes it when it can (block memory shared with them): the write's completion
+   * then wakes that worker, not this thread, and is told back with its next reply; one the worker could
+   * not run at all (it died, the workers closed) is written here after all.
+   */
+  private async writeFile(tmp: string, final: string, data: Buffer, count: number, length: number, direct: boolean): Promise<void> {
+    const offThread = this.cfg.addonWrites ? this.offThread?.(tmp, final, data, count, length, direct, FILE_MODE) : null;
+    if (offThread) {
+      try {
+        await offThread;
+        this.deps.metrics.inc('block_files_written_on_workers');
+        return;
+      } catch (err) {
+        if (err instanceof BlockWriteError) throw err;
+      }
+    }
+    await writeAndRename(tmp, final, data, count, length, direct, this.cfg.addonWrites);
   }
 
   /**

@@ -8,6 +8,7 @@ import { BlockIndex, type BlockRow } from './block-index.js';
 import { CacheSpace } from './eviction.js';
 import { reconcileBlocks } from './reconcile.js';
 import type { Health, WriteHealthConfig } from './write-health.js';
+import type { BlockFileWriter } from '../block-file-write.js';
 import { ensureLayoutDir, readFully, removeOldLayouts } from './block-files.js';
 import { blockFileKey, type BlockKey } from './block-key.js';
 import { BlockWriter } from './block-writer.js';
@@ -188,6 +189,14 @@ export class DiskCache {
 
   private path(key: string): string {
     return join(this.cfg.dir, BLOCKS, key.slice(0, 2), key);
+  }
+
+  /**
+   * Block files whose bytes lie in shared memory are written by `writer` (the download workers), so
+   * that their completions do not wake the main thread each.
+   */
+  writeBlockFilesWith(writer: BlockFileWriter): void {
+    this.writer.offThread = writer;
   }
 
   /** The folder block files live in: block file KEY is KEY[0:2]/KEY under it. */

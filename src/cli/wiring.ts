@@ -131,6 +131,8 @@ async function assembleDaemon(opts: MountOptions, log: Logger, lostLogLines: () 
   const downloadWorkers = v['download-workers'];
   const client = openGcsClient(clientConfig, downloadWorkers, metrics);
   undo.push(() => client.close());
+  const rangeWorkers = client.workers;
+  if (disk && rangeWorkers) disk.writeBlockFilesWith((...args) => rangeWorkers.writeBlockFile(...args));
   const blockStack = wireBlocks(opts, { client, disk, fuse, downloadWorkers, log, metrics }, undo);
   const { scheduler, memory, blocks } = blockStack;
   const { names, namespace, ttl, negativeTtl } = wireNamespace(opts, client, memory, log, metrics);

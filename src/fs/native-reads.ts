@@ -153,8 +153,10 @@ export class NativeReads {
       if (i === first) this.blocks.promote(meta, i);
       this.tellLanding(coming.key, coming.landed);
       // Downloaded and being written (its lend at download came before any read expected it): lent now,
-      // or its reads would wait for the file and read it back.
-      const data = held?.(i);
+      // or its reads would wait for the file and read it back; the handle's bytes, or the write's (a
+      // prefetched chunk file opened while its block file is written, whose landing a download worker
+      // tells with its next reply).
+      const data = held?.(i) ?? this.blocks.beingWritten(meta, i);
       if (data && data.bytes.length === Math.min(meta.size, (i + 1) * bs) - i * bs) this.lend(coming.key, data);
     }
     flush(i);

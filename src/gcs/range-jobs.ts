@@ -1,9 +1,11 @@
 // What crosses between the main thread and a download worker (range-workers.ts, range-worker.ts): one
 // attempt of a range GET out, its outcome back; or one upload request whose body the worker sends, and
-// its answer back. Plain data only (structured clone); the body's bytes never cross: the worker copies
-// a download into the shared block memory the job names, and sends an upload from the shared chunk
-// memory the job names.
+// its answer back; or a block file to write, its outcome back with others'. Plain data only (structured
+// clone); the body's bytes never cross: the worker copies a download into the shared block memory the
+// job names, sends an upload from the shared chunk memory the job names, and writes a block file from
+// the shared block memory the job names.
 import type { Pool } from 'undici';
+import type { BlockWriteStage } from '../block-file-write.js';
 import { DeadlineError, StalledError } from './attempt-limits.js';
 import type { ProxySettings } from './dispatcher.js';
 import { GcsError, type GcsErrorCode } from './errors.js';
@@ -82,13 +84,53 @@ export interface SendReply {
   error: SerializedError | null;
 }
 
-export type WorkerJob = RangeJob | SendJob;
+/**
+ * A block file to write from shared memory (a body this worker, or another, received): the addon's
+ * writeBlockFile (block-file-write.ts) with these arguments, run from the worker so that its completion
+ * wakes the worker; the outcome comes back in a FilesReply.
+ */
+export interface FileJob {
+  kind: 'file';
+  id: number;
+  tmp: string;
+  final: string;
+  memory: SharedArrayBuffer;
+  offset: number;
+  count: number;
+  length: number;
+  direct: boolean;
+  mode: number;
+}
+
+/**
+ * One block file write's outcome: `code` null when written and renamed, else the errno's name and the
+ * stage that failed; stage 'worker': the worker could not run the write at all (the caller writes it).
+ */
+export interface FileOutcome {
+  id: number;
+  code: string | null;
+  stage: BlockWriteStage | 'worker' | null;
+}
+
+/** The longest a block file write's outcome waits on a worker for a reply to go with. */
+export const FILES_FLUSH_MS = 10;
+
+/**
+ * Block file writes done since the worker last posted: sent just before its next reply (the main thread
+ * takes both in one wake-up) or, with none coming, FILES_FLUSH_MS after the first of them.
+ */
+export interface FilesReply {
+  kind: 'files';
+  done: FileOutcome[];
+}
+
+export type WorkerJob = RangeJob | SendJob | FileJob;
 /** Sent once by a worker when its module has loaded: it can take work. */
 export interface ReadyReply {
   kind: 'ready';
 }
 
-export type WorkerReply = RangeReply | SendReply | ReadyReply;
+export type WorkerReply = RangeReply | SendReply | FilesReply | ReadyReply;
 
 export function serializeError(err: unknown): SerializedError {
   const message = err instanceof Error ? err.message : String(err);

@@ -1,15 +1,17 @@
 // A download worker thread (started by range-workers.ts): its own connection pool to the endpoint; each
 // job is one attempt of a range GET whose body it parses and copies straight into the shared block
 // memory the job names, so that neither the HTTP parsing nor the copy runs on the main thread; or one
-// upload request sent from shared chunk memory (the socket's copy, and TLS where there is TLS).
+// upload request sent from shared chunk memory (the socket's copy, and TLS where there is TLS); or one
+// block file written from shared block memory, its outcome sent with the next reply.
 import { parentPort, workerData } from 'node:worker_threads';
+import { BlockWriteError, writeBlockFileNative } from '../block-file-write.js';
 import { crc32c } from '../crc32c.js';
 import { dispatcherFor } from './dispatcher.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
 import { sendTimeoutMs } from './upload-body.js';
 import { RawPool } from './raw-pool.js';
 import { RawFramingError, receiveRangeRaw } from './raw-range.js';
-import { serializeError, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
+import { FILES_FLUSH_MS, serializeError, type FileJob, type FileOutcome, type RangeJob, type RangeReply, type SendJob, type SendReply, type WorkerEvent, type WorkerJob, type WorkerSetup } from './range-jobs.js';
 
 const setup = workerData as WorkerSetup;
 const pool = dispatcherFor(setup.origin, setup.poolOptions, setup.proxy);
@@ -68,11 +70,42 @@ async function send(job: SendJob): Promise<SendReply> {
   }
 }
 
+// Block file writes done and not yet told: they go with the next reply, or after FILES_FLUSH_MS. Told
+// one by one, each woke the main thread by itself (as the write's completion did when the main thread
+// queued it): the reply just before it had woken it a moment earlier.
+let written: FileOutcome[] = [];
+let flushTimer: NodeJS.Timeout | null = null;
+
+function flushWritten(): void {
+  if (flushTimer) clearTimeout(flushTimer);
+  flushTimer = null;
+  if (written.length === 0) return;
+  port.postMessage({ kind: 'files', done: written });
+  written = [];
+}
+
+function writeFile(job: FileJob): void {
+  const told = (code: string | null, stage: FileOutcome['stage']): void => {
+    written.push({ id: job.id, code, stage });
+    flushTimer ??= setTimeout(flushWritten, FILES_FLUSH_MS);
+  };
+  writeBlockFileNative(job.tmp, job.final, Buffer.from(job.memory, job.offset, job.count), job.count, job.length, job.direct, job.mode).then(
+    () => told(null, null),
+    (err: unknown) => (err instanceof BlockWriteError ? told(err.code, err.stage) : told((err as Error).message, 'worker')),
+  );
+}
+
+function reply(message: RangeReply | SendReply): void {
+  flushWritten();
+  port.postMessage(message);
+}
+
 // Loaded: a worker that dies before this died of its start (see RangeWorkers.lost).
 port.postMessage({ kind: 'ready' });
 
 // The main thread ends a worker with terminate(): no message asks it to stop.
 port.on('message', (job: WorkerJob) => {
-  if (job.kind === 'send') void send(job).then((reply) => port.postMessage(reply));
-  else void run(job).then((reply) => port.postMessage(reply));
+  if (job.kind === 'send') void send(job).then(reply);
+  else if (job.kind === 'file') writeFile(job);
+  else void run(job).then(reply);
 });

@@ -9,8 +9,10 @@ import type { CounterName } from '../observe/metrics.js';
 import type { AttemptLimits } from './attempt-limits.js';
 import { GcsError } from './errors.js';
 import { receiveRange, type RangeConnection } from './range-body.js';
-import { deserializeError, type RangeJob, type SendJob, type WorkerReply, type WorkerSetup } from './range-jobs.js';
+import { hasNativeBlockWrite } from '../block-file-write.js';
+import { deserializeError, type FileJob, type RangeJob, type SendJob, type WorkerReply, type WorkerSetup } from './range-jobs.js';
 import type { SentResponse } from './responses.js';
+import { WorkerFileWrites } from './worker-file-writes.js';
 import { WORKERS_IN_USE, WorkersInUse, type WorkersInUseLimits } from './workers-in-use.js';
 
 // The compiled worker, whether this module runs from dist/ or (under vitest) from src/.
@@ -34,6 +36,8 @@ export interface WorkerLoad {
 interface Slot {
   worker: Worker;
   inFlight: number;
+  /** Block file writes it has been given and not yet told of. */
+  files: number;
   /** The worker's event-loop use at the last sample, and its utilization over the window before it. */
   elu: EventLoopUtilization;
   utilization: number;
@@ -77,6 +81,7 @@ const RESPAWN_MAX_MS = 60_000;
 export class RangeWorkers {
   private readonly slots: Slot[] = [];
   private readonly pending = new Map<number, Pending>();
+  private readonly files = new WorkerFileWrites<Slot>();
   private nextId = 1;
   private closing = false;
   /** One timer for both samples: the short windows (WorkersInUse) and, every WINDOWS_PER_SAMPLE of them, the stats'. */
@@ -199,35 +204,65 @@ export class RangeWorkers {
     });
   }
 
+  /**
+   * A block file written by a worker from shared memory (the addon's writeBlockFile there), so that its
+   * completion wakes the worker rather than the main thread; told back with the worker's next reply
+   * (FilesReply), or FILES_FLUSH_MS later. Rejects with a BlockWriteError as writeBlockFileNative does,
+   * or with another error when the worker's thread ended without telling it (it died, the workers
+   * closed): the caller then writes it itself (see WorkerFileWrites.fail). Null when `data` is not in
+   * shared memory or no worker runs. The bytes must not change until it settles.
+   */
+  writeBlockFile(tmp: string, final: string, data: Buffer, count: number, length: number, direct: boolean, mode: number): Promise<void> | null {
+    if (this.closing || !hasNativeBlockWrite || !(data.buffer instanceof SharedArrayBuffer)) return null;
+    // The busiest worker in use: its next reply, which carries the outcome, is the soonest to come.
+    const inUse = Math.max(1, this.inUse.of(this.configured));
+    let slot: Slot | null = null;
+    for (const s of this.slots.slice(0, inUse)) if (!slot || s.inFlight > slot.inFlight) slot = s;
+    if (!slot) return null;
+    const id = this.nextId++;
+    const job: FileJob = { kind: 'file', id, tmp, final, memory: data.buffer, offset: data.byteOffset, count, length, direct, mode };
+    const written = this.files.add(slot, id, tmp, final);
+    if (slot.files === 1 && slot.inFlight === 0) slot.worker.ref();
+    slot.worker.postMessage(job);
+    return written;
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sampler);
     if (this.respawnTimer) clearTimeout(this.respawnTimer);
     const slots = this.slots.splice(0);
-    await Promise.all(slots.map((s) => this.terminate(s)));
+    const stopped = await Promise.all(slots.map((s) => this.terminate(s)));
     for (const [id, p] of this.pending) {
       this.pending.delete(id);
       p.reject(new GcsError('CLOSED', `${p.what}: client closed`));
     }
+    for (const [i, slot] of slots.entries()) this.files.fail(slot, 'download workers closed', stopped[i]!);
   }
 
   /**
    * Ends a worker's thread, waiting for it at most TERMINATE_WAIT_MS: a stopping daemon must not hang on
    * one (a full-suite run once saw a stop go no further than this); its attempts are failed either way.
    */
-  private async terminate(slot: Slot): Promise<void> {
+  /** Whether its thread surely ended. */
+  private async terminate(slot: Slot): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), TERMINATE_WAIT_MS)));
     const outcome = await Promise.race([slot.worker.terminate().catch(() => 'failed' as const), late]);
     clearTimeout(timer);
     if (outcome === 'late') this.local.log.warn({ waitedMs: TERMINATE_WAIT_MS, inFlight: slot.inFlight }, 'a download worker did not stop in time: going on without it');
+    return outcome !== 'late' && outcome !== 'failed';
   }
 
   private post(slot: Slot, job: RangeJob | SendJob, pending: Pending): void {
     this.pending.set(job.id, pending);
-    // A worker with work keeps the process alive; an idle one does not (a tool's process may exit).
-    if (slot.inFlight++ === 0) slot.worker.ref();
+    if (slot.inFlight++ === 0 && slot.files === 0) slot.worker.ref();
     slot.worker.postMessage(job);
+  }
+
+  /** A worker with work keeps the process alive; an idle one does not (a tool's process may exit). */
+  private maybeIdle(slot: Slot): void {
+    if (slot.inFlight === 0 && slot.files === 0) slot.worker.unref();
   }
 
   /**
@@ -269,9 +304,13 @@ export class RangeWorkers {
     const worker = new Worker(this.script, { workerData: this.setup });
     worker.unref();
     const elu = worker.performance.eventLoopUtilization();
-    const slot: Slot = { worker, inFlight: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now(), ready: false };
+    const slot: Slot = { worker, inFlight: 0, files: 0, elu, utilization: 0, recentElu: elu, startedAt: Date.now(), ready: false };
     worker.on('message', (reply: WorkerReply) => {
       if (reply.kind === 'ready') slot.ready = true;
+      else if (reply.kind === 'files') {
+        this.files.told(slot, reply.done);
+        this.maybeIdle(slot);
+      }
       else this.answered(reply);
     });
     // Its attempts fail only at 'exit', once the thread is surely gone: until then it may still write.
@@ -280,11 +319,12 @@ export class RangeWorkers {
     return slot;
   }
 
-  private answered(reply: Exclude<WorkerReply, { kind: 'ready' }>): void {
+  private answered(reply: Exclude<WorkerReply, { kind: 'ready' | 'files' }>): void {
     const p = this.pending.get(reply.id);
     if (!p) return;
     this.pending.delete(reply.id);
-    if (--p.slot.inFlight === 0) p.slot.worker.unref();
+    p.slot.inFlight--;
+    this.maybeIdle(p.slot);
     p.answered(reply);
   }
 
@@ -298,6 +338,7 @@ export class RangeWorkers {
       this.pending.delete(id);
       p.reject(new GcsError('TRANSIENT', `${p.what}: download worker ${why}`));
     }
+    this.files.fail(slot, `download worker ${why}`, true);
     // One that died before its module had loaded (a broken install, a thread the system would not give)
     // would die again: each next one waits longer (0.5 s, doubling, at most a minute), meanwhile the
     // calling thread does the work. Started again at once, such a worker was a loop of thread starts

@@ -25,6 +25,7 @@ export const COUNTERS = {
   gcs_uploads_started: 'resumable upload sessions started',
   gcs_upload_chunks: 'chunks (or chunk tails) sent to resumable sessions',
   gcs_upload_requests_on_workers: 'upload requests sent by a download worker from shared chunk memory (not on the main thread)',
+  block_files_written_on_workers: 'block files written by a download worker from shared block memory (their completion not waking the main thread)',
   gcs_download_workers_started: 'download worker threads started (the first, more as they are put to use, and replacements of workers that died)',
   gcs_upload_bytes: 'bytes sent in upload bodies (chunk PUTs and one-shot uploads)',
   gcs_uploads_finalized: 'objects created by uploads (resumable finalized, or one-shot)',
