@@ -1,7 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { benchBucket, cleanup, dropPageCache, GCSMOUNT, mountBench, primeHashes, sh, type BenchBucket } from './harness.js';
+import { benchBucket, cleanup, dropPageCache, GCSMOUNT, mountBench, primeHashes, primeMedia, sh, type BenchBucket } from './harness.js';
 
 /**
  * The cost of metadata in front of a cold Zarr load (issue 27): an ERA5-like store with nested chunk
@@ -67,6 +67,7 @@ export async function zarrNestedScenario(): Promise<string> {
     if (made.code !== 0) throw new Error(`make_nested_zarr.py: ${made.stderr}`);
     const store = JSON.parse(made.stdout.trim()) as { files: number; bytes: number };
     await primeHashes(b);
+    await primeMedia(b);
     await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH, listMsPerEntry: LIST_MS_PER_ENTRY });
     const chunks = shuffledChunks(LOADER_FILES);
 
