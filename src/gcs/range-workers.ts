@@ -243,8 +243,8 @@ export class RangeWorkers {
   /**
    * Ends a worker's thread, waiting for it at most TERMINATE_WAIT_MS: a stopping daemon must not hang on
    * one (a full-suite run once saw a stop go no further than this); its attempts are failed either way.
+   * True when its thread surely ended.
    */
-  /** Whether its thread surely ended. */
   private async terminate(slot: Slot): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), TERMINATE_WAIT_MS)));

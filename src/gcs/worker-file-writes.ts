@@ -45,9 +45,11 @@ export class WorkerFileWrites<S extends HoldsFiles> {
    * The writes `slot` holds (every slot's, when null) end untold. `gone`: its thread has ended, and with
    * it every write it had started (a worker's thread ends only once its thread-pool jobs have: a 1 GiB
    * write begun just before terminate() was whole when 'exit' came, 2.7 s later), so they fail as not
-   * run and their callers write them themselves. Otherwise (a worker that did not stop in
-   * time) one may still be under way, and a second write of the same file beside it could meet memory
-   * reused meanwhile: they fail as failed writes, which their callers do not index.
+   * run and their callers write them themselves. Otherwise (a worker that did not stop in time) one may
+   * still be under way, so none is written again beside it: they fail as failed writes, which their
+   * callers do not index. Such a late write may still leave a block file (of memory the daemon reused
+   * meanwhile) that no row names: never served (every read of a block file is checked against its
+   * row's CRC32C), renamed over by the block's next write, removed by the next start's reconcile.
    */
   fail(slot: S | null, why: string, gone: boolean): void {
     for (const [id, p] of this.pending) {
