@@ -175,29 +175,13 @@ export async function catToNull(files: string[]): Promise<void> {
 
 /**
  * Lists every object once through the emulator's API: it hashes an object the first time it describes
- * it, and GCS stores hashes, so no measured round should pay for that.
+ * it, and GCS stores hashes, so no measured round should pay for that. Resolves with the objects' names.
  */
-export async function primeHashes(b: BenchBucket): Promise<void> {
-  let token: string | undefined;
-  do {
-    const q = new URLSearchParams({ maxResults: '1000', fields: 'items(name,crc32c),nextPageToken' });
-    if (token) q.set('pageToken', token);
-    const res = await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o?${q}`);
-    if (!res.ok) throw new Error(`emulator: listing ${b.bucket}: HTTP ${res.status}`);
-    token = ((await res.json()) as { nextPageToken?: string }).nextPageToken;
-  } while (token);
-}
-
-/**
- * Downloads every object once through the emulator's API (16 at a time), so that its code for media
- * requests is warm before the first measured round: a run's first gcsmount mount otherwise paid for the
- * emulator's warm-up (zarr-nested: 0.05-0.3 s of a 1.6 s cold load, whichever build went first).
- */
-export async function primeMedia(b: BenchBucket): Promise<void> {
+export async function primeHashes(b: BenchBucket): Promise<string[]> {
   const names: string[] = [];
   let token: string | undefined;
   do {
-    const q = new URLSearchParams({ maxResults: '1000', fields: 'items(name),nextPageToken' });
+    const q = new URLSearchParams({ maxResults: '1000', fields: 'items(name,crc32c),nextPageToken' });
     if (token) q.set('pageToken', token);
     const res = await fetch(`${b.emulator.url}/storage/v1/b/${b.bucket}/o?${q}`);
     if (!res.ok) throw new Error(`emulator: listing ${b.bucket}: HTTP ${res.status}`);
@@ -205,6 +189,16 @@ export async function primeMedia(b: BenchBucket): Promise<void> {
     for (const item of page.items ?? []) names.push(item.name);
     token = page.nextPageToken;
   } while (token);
+  return names;
+}
+
+/**
+ * Downloads every object once through the emulator's API (16 at a time), so that its code for media
+ * requests is warm before the first measured round: a run's first gcsmount mount otherwise paid for the
+ * emulator's warm-up (zarr-nested: 0.05-0.3 s of a 1.6 s cold load, whichever build went first).
+ * `names`: the objects, as primeHashes gives them.
+ */
+export async function primeMedia(b: BenchBucket, names: readonly string[]): Promise<void> {
   let next = 0;
   const one = async (): Promise<void> => {
     for (let i = next++; i < names.length; i = next++) {

@@ -66,8 +66,7 @@ export async function zarrNestedScenario(): Promise<string> {
     const made = await sh(PY, [join(FIXTURES, 'make_nested_zarr.py'), local, '--time', String(TIME_STEPS)]);
     if (made.code !== 0) throw new Error(`make_nested_zarr.py: ${made.stderr}`);
     const store = JSON.parse(made.stdout.trim()) as { files: number; bytes: number };
-    await primeHashes(b);
-    await primeMedia(b);
+    await primeMedia(b, await primeHashes(b));
     await b.emulator.setKnobs({ latencyMs: LATENCY_MS, bandwidthBytesPerSec: BANDWIDTH, listMsPerEntry: LIST_MS_PER_ENTRY });
     const chunks = shuffledChunks(LOADER_FILES);
 
